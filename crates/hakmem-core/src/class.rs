@@ -1,0 +1,192 @@
+//! Size classes: size -> class by table (small) or bit scan (medium), and
+//! class -> block size and page span.
+//!
+//! Classes 0..8 step by 16 bytes (16..=128); above that every power-of-two
+//! interval is split in four (160, 192, 224, 256, 320, ...), so the internal
+//! waste of a block is at most 25 %. Every power of two from 16 to 64 KiB is
+//! a class, which is what aligned allocation relies on (see `aligned_class`).
+//! The minimum block is 16 bytes so every block meets C's `max_align_t`.
+
+/// Largest size served from the small classes (the research line's C0-C7 range).
+pub const SMALL_SIZE_MAX: usize = 1024;
+/// Largest size served from a size class; above it an allocation gets whole pages.
+pub const MEDIUM_SIZE_MAX: usize = 64 * 1024;
+/// Number of size classes (small and medium).
+pub const CLASS_COUNT: usize = 44;
+/// Pseudo-class of a page holding one large block (a span of whole pages).
+pub const LARGE_CLASS: u8 = CLASS_COUNT as u8;
+/// Blocks of at most this size get one 64 KiB page; larger ones get a span
+/// that holds at least `MIN_BLOCKS_PER_SPAN` blocks.
+const SINGLE_PAGE_BLOCK_MAX: usize = 8 * 1024;
+const MIN_BLOCKS_PER_SPAN: usize = 8;
+
+const fn compute_block_size(class: usize) -> usize {
+    if class < 8 {
+        16 * (class + 1)
+    } else {
+        let k = class - 8;
+        let b = 7 + k / 4;
+        let j = k % 4;
+        (1 << b) + ((j + 1) << (b - 2))
+    }
+}
+
+const fn build_block_sizes() -> [usize; CLASS_COUNT] {
+    let mut t = [0; CLASS_COUNT];
+    let mut c = 0;
+    while c < CLASS_COUNT {
+        t[c] = compute_block_size(c);
+        c += 1;
+    }
+    t
+}
+
+/// Block size of each class.
+pub static BLOCK_SIZE: [usize; CLASS_COUNT] = build_block_sizes();
+
+const SMALL_TABLE_LEN: usize = SMALL_SIZE_MAX / 16 + 1;
+
+const fn build_small_table() -> [u8; SMALL_TABLE_LEN] {
+    let sizes = build_block_sizes();
+    let mut t = [0u8; SMALL_TABLE_LEN];
+    let mut i = 0;
+    while i < SMALL_TABLE_LEN {
+        let size = i * 16;
+        let mut c = 0;
+        while sizes[c] < size {
+            c += 1;
+        }
+        t[i] = c as u8;
+        i += 1;
+    }
+    t
+}
+
+/// `SMALL_CLASS[(size + 15) / 16]` is the class of `size` for `size <= SMALL_SIZE_MAX`.
+static SMALL_CLASS: [u8; SMALL_TABLE_LEN] = build_small_table();
+
+/// Class of `size`; `size` must be at most `MEDIUM_SIZE_MAX`.
+///
+/// Small sizes are one table load; medium sizes one bit scan and a shift.
+#[inline(always)]
+pub fn class_of(size: usize) -> usize {
+    debug_assert!(size <= MEDIUM_SIZE_MAX);
+    if size <= SMALL_SIZE_MAX {
+        SMALL_CLASS[(size + 15) >> 4] as usize
+    } else {
+        medium_class_of(size)
+    }
+}
+
+#[inline(always)]
+fn medium_class_of(size: usize) -> usize {
+    let s = size - 1;
+    let b = (usize::BITS - 1 - s.leading_zeros()) as usize; // floor(log2(s)), >= 10
+    8 + (b - 7) * 4 + ((s >> (b - 2)) & 3)
+}
+
+/// Class whose blocks hold `size` bytes at an address aligned to `align`
+/// (`16 < align <= 64 KiB`), or `None` when that needs more than
+/// `MEDIUM_SIZE_MAX` bytes. Blocks sit at `page_start + k * block_size` with
+/// 64 KiB-aligned page starts, so a block size that is a multiple of `align`
+/// aligns every block.
+pub fn aligned_class(size: usize, align: usize) -> Option<usize> {
+    let s = size.max(align).checked_add(align - 1)? & !(align - 1);
+    if s > MEDIUM_SIZE_MAX {
+        return None;
+    }
+    let c = class_of(s);
+    if BLOCK_SIZE[c] % align == 0 {
+        return Some(c);
+    }
+    let p = s.next_power_of_two();
+    (p <= MEDIUM_SIZE_MAX).then(|| class_of(p))
+}
+
+/// Number of 64 KiB pages a page of `class` spans.
+pub fn span_pages(class: usize) -> usize {
+    let bs = BLOCK_SIZE[class];
+    if bs <= SINGLE_PAGE_BLOCK_MAX {
+        1
+    } else {
+        (bs * MIN_BLOCKS_PER_SPAN).div_ceil(crate::segment::PAGE_SIZE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_sizes_increase_and_end_at_medium_max() {
+        for c in 1..CLASS_COUNT {
+            assert!(BLOCK_SIZE[c] > BLOCK_SIZE[c - 1], "class {c}");
+            assert_eq!(BLOCK_SIZE[c] % 16, 0);
+        }
+        assert_eq!(BLOCK_SIZE[0], 16);
+        assert_eq!(BLOCK_SIZE[CLASS_COUNT - 1], MEDIUM_SIZE_MAX);
+    }
+
+    #[test]
+    fn every_size_maps_to_the_smallest_class_that_fits() {
+        for size in 0..=MEDIUM_SIZE_MAX {
+            let c = class_of(size);
+            assert!(BLOCK_SIZE[c] >= size, "size {size} class {c}");
+            if c > 0 {
+                assert!(BLOCK_SIZE[c - 1] < size.max(1), "size {size} class {c}");
+            }
+        }
+    }
+
+    #[test]
+    fn class_waste_is_at_most_a_quarter_above_128_bytes() {
+        for size in 129..=MEDIUM_SIZE_MAX {
+            let bs = BLOCK_SIZE[class_of(size)];
+            assert!((bs - size) * 4 <= bs, "size {size} block {bs}");
+        }
+    }
+
+    #[test]
+    fn block_size_round_trips_to_its_class() {
+        for (c, &bs) in BLOCK_SIZE.iter().enumerate() {
+            assert_eq!(class_of(bs), c);
+        }
+    }
+
+    #[test]
+    fn every_power_of_two_from_16_is_a_class() {
+        let mut p = 16;
+        while p <= MEDIUM_SIZE_MAX {
+            assert_eq!(BLOCK_SIZE[class_of(p)], p);
+            p *= 2;
+        }
+    }
+
+    #[test]
+    fn aligned_class_gives_a_multiple_of_the_alignment() {
+        let mut align = 32;
+        while align <= MEDIUM_SIZE_MAX {
+            for size in [1, 17, 100, 1000, 3000, 40000, 65536] {
+                match aligned_class(size, align) {
+                    Some(c) => {
+                        assert_eq!(BLOCK_SIZE[c] % align, 0);
+                        assert!(BLOCK_SIZE[c] >= size);
+                    }
+                    None => assert!(
+                        size.max(align).next_power_of_two() > MEDIUM_SIZE_MAX
+                            || size > MEDIUM_SIZE_MAX
+                    ),
+                }
+            }
+            align *= 2;
+        }
+    }
+
+    #[test]
+    fn spans_hold_enough_blocks() {
+        for (c, &bs) in BLOCK_SIZE.iter().enumerate() {
+            let blocks = span_pages(c) * crate::segment::PAGE_SIZE / bs;
+            assert!(blocks >= MIN_BLOCKS_PER_SPAN, "class {c}: {blocks} blocks");
+        }
+    }
+}

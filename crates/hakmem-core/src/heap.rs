@@ -1,0 +1,692 @@
+//! The thread heap: for each size class the page to allocate from, the
+//! class's page queue, the segments the thread owns, and the slow paths.
+//!
+//! Fast paths (`alloc` here, `free` in lib.rs) touch only the owner's heap
+//! and page: no lock, no atomic read-modify-write. Everything rare —
+//! refilling a page, finding or carving another, parking a full page,
+//! acting on notifications, thread set-up and exit — is out of line.
+//!
+//! Invariants:
+//! * `direct[c]` is the first page of `queues[c]`, or the static empty page
+//!   when the queue is empty;
+//! * pages in a queue are in use, of that class, not `PAGE_IN_FULL`;
+//! * a page of this heap that is not in a queue is parked (`PAGE_IN_FULL`,
+//!   with `FULL_NOTIFY` requested or remote blocks waiting) or large;
+//! * `segments` lists exactly the normal segments whose `heap` is this heap.
+//!
+//! A heap whose thread exits is abandoned: its empty pages and segments are
+//! freed, the rest published for reclaim (`heap_abandon`); the heap struct
+//! goes back to a pool and is never unmapped, because a remote free may still
+//! hold its address to notify it (a stale notification only costs a scan).
+
+use crate::class::{self, CLASS_COUNT, LARGE_CLASS};
+use crate::os;
+use crate::page::{Block, Page, PAGE_IN_FULL};
+use crate::segment::{self, Segment, PAGES_PER_SEGMENT, PAGE_SIZE};
+use crate::sync::{AtomicBool, Ordering, SpinLock};
+use crate::thread;
+use core::cell::UnsafeCell;
+use core::ptr;
+
+#[derive(Clone, Copy)]
+struct PageQueue {
+    first: *mut Page,
+    last: *mut Page,
+}
+
+#[repr(C)]
+pub(crate) struct Heap {
+    /// The page each class allocates from (fast path).
+    direct: [*mut Page; CLASS_COUNT],
+    /// Set by a remote free that ended a parked-full state in one of our segments.
+    pub(crate) notified: AtomicBool,
+    queues: [PageQueue; CLASS_COUNT],
+    /// Owned normal segments (doubly linked through `Segment::next/prev`).
+    segments: *mut Segment,
+    /// Next heap in the pool's free list.
+    pool_next: *mut Heap,
+}
+
+/// A static with interior mutability that is never written (the empty page
+/// and heap are only read: their free lists are empty, so every fast path
+/// misses before it would write).
+#[repr(transparent)]
+pub(crate) struct ReadOnlyStatic<T>(UnsafeCell<T>);
+
+// SAFETY: the wrapped value is never written after construction (see above).
+unsafe impl<T> Sync for ReadOnlyStatic<T> {}
+
+impl<T> ReadOnlyStatic<T> {
+    pub(crate) const fn get(&self) -> *mut T {
+        self.0.get()
+    }
+}
+
+static EMPTY_PAGE: ReadOnlyStatic<Page> = ReadOnlyStatic(UnsafeCell::new(Page::empty()));
+
+/// The heap every thread starts with: all its pages are the empty page.
+pub(crate) static EMPTY_HEAP: ReadOnlyStatic<Heap> = ReadOnlyStatic(UnsafeCell::new(Heap {
+    direct: [EMPTY_PAGE.get(); CLASS_COUNT],
+    notified: AtomicBool::new(false),
+    queues: [PageQueue {
+        first: ptr::null_mut(),
+        last: ptr::null_mut(),
+    }; CLASS_COUNT],
+    segments: ptr::null_mut(),
+    pool_next: ptr::null_mut(),
+}));
+
+/// Allocates a block of `class` from `heap`.
+///
+/// The fast path is a load of the direct page, a load of its free head, a
+/// test, and two stores (about 10 instructions with the class lookup).
+///
+/// # Safety
+/// `heap` must be the calling thread's heap.
+#[inline(always)]
+pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize) -> *mut u8 {
+    // SAFETY: heap is this thread's heap; direct pages are valid (a page of
+    // this heap or the static empty page, whose free list is null).
+    unsafe {
+        let page = (*heap).direct[class];
+        let block = (*page).free;
+        if !block.is_null() {
+            (*page).free = (*block).next;
+            (*page).used += 1;
+            return block as *mut u8;
+        }
+    }
+    // SAFETY: as above.
+    unsafe { alloc_slow(heap, class) }
+}
+
+/// Returns the calling thread's heap, creating it on first use (null when
+/// no memory can be had).
+#[inline]
+pub(crate) fn current_or_init() -> *mut Heap {
+    let heap = thread::heap();
+    if heap == EMPTY_HEAP.get() {
+        thread::init_heap()
+    } else {
+        heap
+    }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn alloc_slow(heap: *mut Heap, class: usize) -> *mut u8 {
+    let heap = if heap == EMPTY_HEAP.get() {
+        thread::init_heap()
+    } else {
+        heap
+    };
+    if heap.is_null() {
+        os::set_errno(libc::ENOMEM);
+        return ptr::null_mut();
+    }
+    // SAFETY: heap is this thread's (freshly created or passed by the caller).
+    unsafe {
+        if (*heap).notified.load(Ordering::Relaxed) {
+            process_notified(heap);
+        }
+        let page = find_page(heap, class);
+        if page.is_null() {
+            os::set_errno(libc::ENOMEM);
+            return ptr::null_mut();
+        }
+        (*page).pop()
+    }
+}
+
+/// A page of `class` with a free block, moved to the queue front; null when
+/// no memory can be had.
+unsafe fn find_page(heap: *mut Heap, class: usize) -> *mut Page {
+    // SAFETY: heap is the caller's own heap; queue pages belong to it.
+    unsafe {
+        let mut page = (*heap).queues[class].first;
+        while !page.is_null() {
+            let next = (*page).next;
+            if (*page).free.is_null() {
+                (*page).collect();
+            }
+            if (*page).free.is_null() {
+                (*page).extend();
+            }
+            if !(*page).free.is_null() {
+                debug_assert!((*page).is_valid());
+                queue_move_to_front(heap, page);
+                return page;
+            }
+            queue_remove(heap, page);
+            let seg = segment::segment_of((*page).start.add(1));
+            settle(heap, seg, page);
+            if (*page).in_use && (*page).flags == 0 {
+                // Remote frees arrived while parking: settle requeued it.
+                if (*page).free.is_null() {
+                    (*page).collect();
+                }
+                if !(*page).free.is_null() {
+                    queue_move_to_front(heap, page);
+                    return page;
+                }
+            }
+            maybe_free_segment(heap, seg);
+            page = next;
+        }
+        let block_size = class::BLOCK_SIZE[class];
+        let page = page_alloc(heap, class as u8, class::span_pages(class), block_size);
+        if page.is_null() {
+            return page;
+        }
+        (*page).extend();
+        queue_push_front(heap, page);
+        page
+    }
+}
+
+/// Allocates a large block (`MEDIUM_SIZE_MAX < size <= LARGE_SIZE_MAX`, or
+/// any size up to that with alignment up to `PAGE_SIZE`): a span of whole
+/// pages holding one block. Returns the block and whether it is zeroed.
+pub(crate) fn alloc_large(size: usize) -> (*mut u8, bool) {
+    let heap = current_or_init();
+    if heap.is_null() {
+        return (ptr::null_mut(), false);
+    }
+    let units = size.div_ceil(PAGE_SIZE).max(1);
+    // SAFETY: heap is this thread's heap.
+    unsafe {
+        let page = page_alloc(heap, LARGE_CLASS, units, units * PAGE_SIZE);
+        if page.is_null() {
+            return (ptr::null_mut(), false);
+        }
+        (*page).capacity = 1;
+        (*page).used = 1;
+        (*page).flags = PAGE_IN_FULL;
+        let parked = (*page).try_set_full_notify();
+        debug_assert!(parked);
+        ((*page).start, (*page).free_is_zero)
+    }
+}
+
+/// Takes a span of `units` pages from one of the heap's segments (acquiring
+/// a segment if none has room) and initialises it for `block_size`.
+unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_size: usize) -> *mut Page {
+    // SAFETY: heap is the caller's own heap; its segments are owned by it.
+    unsafe {
+        let mut seg = (*heap).segments;
+        let mut found = None;
+        while !seg.is_null() {
+            if let Some(i) = (*seg).take_span(units) {
+                found = Some((seg, i));
+                break;
+            }
+            seg = (*seg).next;
+        }
+        let (seg, first) = match found {
+            Some(f) => f,
+            None => {
+                let seg = segment_acquire(heap, units);
+                if seg.is_null() {
+                    return ptr::null_mut();
+                }
+                match (*seg).take_span(units) {
+                    Some(i) => (seg, i),
+                    None => return ptr::null_mut(),
+                }
+            }
+        };
+        let fresh = (*seg).mark_dirty(first, units);
+        let page = &mut (*seg).pages[first] as *mut Page;
+        (*page).init(
+            class,
+            block_size,
+            (*seg).page_start(first),
+            units as u32,
+            fresh,
+        );
+        for k in 1..units {
+            (*seg).pages[first + k].span_offset = (k * core::mem::size_of::<Page>()) as u32;
+        }
+        (*seg).used_pages += 1;
+        page
+    }
+}
+
+/// A segment with room for `units` pages: reclaimed from an exited thread
+/// if one is waiting, else from the cache or the OS. Null when out of memory.
+unsafe fn segment_acquire(heap: *mut Heap, units: usize) -> *mut Segment {
+    // SAFETY: heap is the caller's own heap.
+    unsafe {
+        loop {
+            let seg = segment::abandoned_pop();
+            if seg.is_null() {
+                break;
+            }
+            reclaim(heap, seg);
+            if (*seg).heap.load(Ordering::Relaxed) == heap && has_run((*seg).free_units, units) {
+                return seg;
+            }
+        }
+        let seg = segment::segment_alloc();
+        if seg.is_null() {
+            return seg;
+        }
+        adopt(heap, seg);
+        seg
+    }
+}
+
+fn has_run(free_units: u32, units: usize) -> bool {
+    let mut runs = free_units;
+    for _ in 1..units {
+        runs &= runs >> 1;
+    }
+    runs != 0
+}
+
+/// Makes `heap` the owner of `seg` and links it into the heap's list.
+unsafe fn adopt(heap: *mut Heap, seg: *mut Segment) {
+    // SAFETY: seg is exclusively ours (fresh, cached or popped from the abandoned list).
+    unsafe {
+        // SeqCst: pairs with the SeqCst load in `Segment::notify` (see there).
+        (*seg).heap.store(heap, Ordering::SeqCst);
+        (*seg).prev = ptr::null_mut();
+        (*seg).next = (*heap).segments;
+        if !(*seg).next.is_null() {
+            (*(*seg).next).prev = seg;
+        }
+        (*heap).segments = seg;
+    }
+}
+
+unsafe fn unlink_segment(heap: *mut Heap, seg: *mut Segment) {
+    // SAFETY: seg is in heap's list.
+    unsafe {
+        if (*seg).prev.is_null() {
+            (*heap).segments = (*seg).next;
+        } else {
+            (*(*seg).prev).next = (*seg).next;
+        }
+        if !(*seg).next.is_null() {
+            (*(*seg).next).prev = (*seg).prev;
+        }
+        (*seg).next = ptr::null_mut();
+        (*seg).prev = ptr::null_mut();
+    }
+}
+
+/// Takes over an abandoned segment: collects every page, frees the empty
+/// ones, queues those with free blocks, parks the full ones.
+unsafe fn reclaim(heap: *mut Heap, seg: *mut Segment) {
+    // SAFETY: seg came off the abandoned list, so nobody else owns it;
+    // remote frees may still push onto its pages' atomic lists.
+    unsafe {
+        adopt(heap, seg);
+        // SeqCst: see `Segment::notify`; bits set before this swap are
+        // covered by the full pass below, later ones notify this heap.
+        (*seg).notify_bits.swap(0, Ordering::SeqCst);
+        for i in 1..PAGES_PER_SEGMENT {
+            let page = &mut (*seg).pages[i] as *mut Page;
+            if !(*page).in_use {
+                continue;
+            }
+            if (*page).free.is_null() {
+                (*page).collect();
+            } else {
+                (*page).collect_remote();
+            }
+            settle(heap, seg, page);
+        }
+        // An empty reclaimed segment is kept: the caller is acquiring one.
+    }
+}
+
+/// Puts an in-use page that is in no queue where it belongs: its span
+/// returned to the segment when empty, queued when it has blocks to give,
+/// else parked as full. Never frees the segment (callers may still be
+/// walking it): they call `maybe_free_segment` when done with it.
+unsafe fn settle(heap: *mut Heap, seg: *mut Segment, page: *mut Page) {
+    // SAFETY: page is an in-use page of seg, owned by heap, in no queue.
+    unsafe {
+        loop {
+            if (*page).used == 0 {
+                release_span(seg, page);
+                return;
+            }
+            let large = (*page).class == LARGE_CLASS;
+            let has_blocks = !(*page).free.is_null() || !(*page).local_free.is_null();
+            if !large && (has_blocks || (*page).capacity < (*page).reserved) {
+                (*page).flags = 0;
+                if (*page).remote_free.load(Ordering::Relaxed) & crate::page::FULL_NOTIFY != 0 {
+                    (*page).clear_full_notify();
+                }
+                queue_push_back(heap, page);
+                return;
+            }
+            (*page).flags = PAGE_IN_FULL;
+            if (*page).remote_free.load(Ordering::Relaxed) == crate::page::FULL_NOTIFY
+                || (*page).try_set_full_notify()
+            {
+                return;
+            }
+            (*page).collect_remote();
+        }
+    }
+}
+
+/// Acts on remote frees that ended parked-full states in our segments.
+#[cold]
+unsafe fn process_notified(heap: *mut Heap) {
+    // SAFETY: heap is the caller's own heap; its segments are owned by it.
+    unsafe {
+        (*heap).notified.store(false, Ordering::SeqCst);
+        let mut seg = (*heap).segments;
+        while !seg.is_null() {
+            let next = (*seg).next;
+            if (*seg).notify_bits.load(Ordering::Relaxed) != 0 {
+                // Acquire (in SeqCst): pairs with the notifier's fetch_or,
+                // which follows its Release push.
+                let bits = (*seg).notify_bits.swap(0, Ordering::SeqCst);
+                for i in 0..PAGES_PER_SEGMENT {
+                    if bits & (1 << i) == 0 {
+                        continue;
+                    }
+                    let page = &mut (*seg).pages[i] as *mut Page;
+                    if !(*page).in_use || (*page).flags & PAGE_IN_FULL == 0 {
+                        continue; // no longer parked: its blocks are collected normally
+                    }
+                    (*page).collect_remote();
+                    settle(heap, seg, page);
+                }
+                maybe_free_segment(heap, seg);
+            }
+            seg = next;
+        }
+    }
+}
+
+/// Frees `seg` when it has no page in use, unless it is the heap's only
+/// segment (kept to avoid churn).
+unsafe fn maybe_free_segment(heap: *mut Heap, seg: *mut Segment) {
+    // SAFETY: seg is a segment of heap's list and nobody is walking it.
+    unsafe {
+        if (*seg).used_pages == 0 && !((*heap).segments == seg && (*seg).next.is_null()) {
+            unlink_segment(heap, seg);
+            segment::segment_free(seg);
+        }
+    }
+}
+
+unsafe fn release_span(seg: *mut Segment, page: *mut Page) {
+    // SAFETY: page is an in-use span head of seg, owned by the caller.
+    unsafe {
+        (*page).in_use = false;
+        (*page).flags = 0;
+        (*page).free = ptr::null_mut();
+        (*page).local_free = ptr::null_mut();
+        let first = (*seg).page_index(page);
+        (*seg).return_span(first, (*page).units as usize);
+        (*seg).used_pages -= 1;
+    }
+}
+
+/// The owner freed the last used block of a queued page.
+#[cold]
+#[inline(never)]
+pub(crate) unsafe fn page_retire(heap: *mut Heap, seg: *mut Segment, page: *mut Page) {
+    // SAFETY: page is a queued page of heap (flags == 0) with used == 0.
+    unsafe {
+        let q = &(*heap).queues[(*page).class as usize];
+        if q.first == page && (*page).next.is_null() {
+            return; // the class's only page: keep it to avoid churn
+        }
+        queue_remove(heap, page);
+        release_span(seg, page);
+        maybe_free_segment(heap, seg);
+    }
+}
+
+/// Free of a block that is huge, in a parked/large page, or owned by
+/// another thread (or by no thread).
+///
+/// # Safety
+/// `p` must be a live block of hakmem and `seg == segment_of(p)`.
+#[cold]
+#[inline(never)]
+pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
+    // SAFETY: the caller guarantees p is a live hakmem block in seg.
+    unsafe {
+        if (*seg).kind == segment::SegmentKind::Huge {
+            segment::huge_free(seg);
+            return;
+        }
+        let page = (*seg).page_of(p);
+        let block = p as *mut Block;
+        let heap = thread::heap();
+        if (*seg).heap.load(Ordering::Relaxed) == heap {
+            (*block).next = (*page).local_free;
+            (*page).local_free = block;
+            (*page).used -= 1;
+            if (*page).flags & PAGE_IN_FULL != 0 {
+                settle(heap, seg, page);
+                maybe_free_segment(heap, seg);
+            } else if (*page).used == 0 {
+                page_retire(heap, seg, page);
+            }
+        } else if (*page).push_remote(block) {
+            (*seg).notify(page);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Page queues (owner only).
+
+unsafe fn sync_direct(heap: *mut Heap, class: usize) {
+    // SAFETY: heap is the caller's own heap.
+    unsafe {
+        let first = (*heap).queues[class].first;
+        (*heap).direct[class] = if first.is_null() {
+            EMPTY_PAGE.get()
+        } else {
+            first
+        };
+    }
+}
+
+unsafe fn queue_push_front(heap: *mut Heap, page: *mut Page) {
+    // SAFETY: page is an in-use page of heap in no queue.
+    unsafe {
+        let class = (*page).class as usize;
+        let q = &mut (*heap).queues[class];
+        (*page).prev = ptr::null_mut();
+        (*page).next = q.first;
+        if q.first.is_null() {
+            q.last = page;
+        } else {
+            (*q.first).prev = page;
+        }
+        q.first = page;
+        sync_direct(heap, class);
+    }
+}
+
+unsafe fn queue_push_back(heap: *mut Heap, page: *mut Page) {
+    // SAFETY: page is an in-use page of heap in no queue.
+    unsafe {
+        let class = (*page).class as usize;
+        let q = &mut (*heap).queues[class];
+        (*page).next = ptr::null_mut();
+        (*page).prev = q.last;
+        if q.last.is_null() {
+            q.first = page;
+        } else {
+            (*q.last).next = page;
+        }
+        q.last = page;
+        sync_direct(heap, class);
+    }
+}
+
+unsafe fn queue_remove(heap: *mut Heap, page: *mut Page) {
+    // SAFETY: page is in heap's queue for its class.
+    unsafe {
+        let class = (*page).class as usize;
+        let q = &mut (*heap).queues[class];
+        if (*page).prev.is_null() {
+            q.first = (*page).next;
+        } else {
+            (*(*page).prev).next = (*page).next;
+        }
+        if (*page).next.is_null() {
+            q.last = (*page).prev;
+        } else {
+            (*(*page).next).prev = (*page).prev;
+        }
+        (*page).next = ptr::null_mut();
+        (*page).prev = ptr::null_mut();
+        sync_direct(heap, class);
+    }
+}
+
+unsafe fn queue_move_to_front(heap: *mut Heap, page: *mut Page) {
+    // SAFETY: page is in heap's queue for its class.
+    unsafe {
+        if (*heap).queues[(*page).class as usize].first != page {
+            queue_remove(heap, page);
+            queue_push_front(heap, page);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Heap life cycle: a pool of heap structs (never unmapped), creation, abandon.
+
+struct HeapPool {
+    lock: SpinLock,
+    free: UnsafeCell<*mut Heap>,
+}
+
+// SAFETY: `free` is only accessed with `lock` held.
+unsafe impl Sync for HeapPool {}
+
+static HEAP_POOL: HeapPool = HeapPool {
+    lock: SpinLock::new(),
+    free: UnsafeCell::new(ptr::null_mut()),
+};
+
+/// Heap structs mapped at a time when the pool runs dry.
+const HEAP_CHUNK: usize = 64 * 1024;
+
+pub(crate) fn pool_lock() {
+    HEAP_POOL.lock.lock();
+}
+
+pub(crate) fn pool_unlock() {
+    HEAP_POOL.lock.unlock();
+}
+
+/// A fresh heap for the calling thread (null when out of memory).
+pub(crate) fn heap_new() -> *mut Heap {
+    pool_lock();
+    // SAFETY: the pool lock is held.
+    let mut heap = unsafe { *HEAP_POOL.free.get() };
+    if !heap.is_null() {
+        // SAFETY: the lock is held; heap is on the pool list.
+        unsafe { *HEAP_POOL.free.get() = (*heap).pool_next };
+    }
+    pool_unlock();
+    if heap.is_null() {
+        let chunk = os::map(HEAP_CHUNK) as *mut Heap;
+        if chunk.is_null() {
+            return chunk;
+        }
+        let n = HEAP_CHUNK / core::mem::size_of::<Heap>();
+        heap = chunk;
+        pool_lock();
+        // SAFETY: the chunk is fresh and holds n heaps; the lock is held.
+        unsafe {
+            for i in 1..n {
+                let h = chunk.add(i);
+                (*h).pool_next = *HEAP_POOL.free.get();
+                *HEAP_POOL.free.get() = h;
+            }
+        }
+        pool_unlock();
+    }
+    // SAFETY: heap is exclusively ours; EMPTY_HEAP is a valid template.
+    unsafe {
+        ptr::copy_nonoverlapping(EMPTY_HEAP.get(), heap, 1);
+    }
+    heap
+}
+
+/// Gives up a heap whose thread is exiting: frees what is empty, abandons
+/// the rest for reclaim, returns the heap struct to the pool.
+///
+/// # Safety
+/// `heap` must be a heap no thread uses any more.
+pub(crate) unsafe fn heap_abandon(heap: *mut Heap) {
+    // SAFETY: heap is unused; its segments are owned by it.
+    unsafe {
+        let mut seg = (*heap).segments;
+        (*heap).segments = ptr::null_mut();
+        while !seg.is_null() {
+            let next = (*seg).next;
+            (*seg).next = ptr::null_mut();
+            (*seg).prev = ptr::null_mut();
+            (*seg).notify_bits.store(0, Ordering::Relaxed);
+            for i in 1..PAGES_PER_SEGMENT {
+                let page = &mut (*seg).pages[i] as *mut Page;
+                if !(*page).in_use {
+                    continue;
+                }
+                if (*page).free.is_null() {
+                    (*page).collect();
+                } else {
+                    (*page).collect_remote();
+                }
+                if (*page).used == 0 {
+                    release_span(seg, page);
+                }
+            }
+            if (*seg).used_pages == 0 {
+                segment::segment_free(seg);
+            } else {
+                // SeqCst: pairs with `Segment::notify`; after this, remote
+                // frees to parked pages no longer notify this heap.
+                (*seg).heap.store(ptr::null_mut(), Ordering::SeqCst);
+                segment::abandoned_push(seg);
+            }
+            seg = next;
+        }
+        pool_lock();
+        (*heap).pool_next = *HEAP_POOL.free.get();
+        *HEAP_POOL.free.get() = heap;
+        pool_unlock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_heap_points_every_class_at_the_empty_page() {
+        let heap = EMPTY_HEAP.get();
+        for c in 0..CLASS_COUNT {
+            // SAFETY: EMPTY_HEAP and EMPTY_PAGE are valid statics.
+            unsafe {
+                assert_eq!((*heap).direct[c], EMPTY_PAGE.get());
+                assert!((*(*heap).direct[c]).free.is_null());
+            }
+        }
+    }
+
+    #[test]
+    fn has_run_finds_contiguous_free_pages() {
+        assert!(has_run(0b1110, 3));
+        assert!(!has_run(0b1010, 2));
+        assert!(!has_run(0, 1));
+    }
+}

@@ -1,0 +1,234 @@
+//! The only module that talks to the OS: mappings, stderr, abort.
+//!
+//! Every call preserves the caller's `errno` on success (a successful
+//! `malloc` must not clobber it); on failure the caller sets `ENOMEM`.
+//! Each memory call is counted (always on: these are slow-path calls), which
+//! is how tests check that steady state makes no system calls.
+
+use crate::sync::{AtomicUsize, Ordering};
+use core::ptr;
+
+/// Counts of OS memory calls since process start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OsCounters {
+    /// `mmap` calls (successful or not).
+    pub mmap: usize,
+    /// `munmap` calls.
+    pub munmap: usize,
+    /// `madvise` calls.
+    pub madvise: usize,
+    /// `mremap` calls.
+    pub mremap: usize,
+}
+
+static MMAP_CALLS: AtomicUsize = AtomicUsize::new(0);
+static MUNMAP_CALLS: AtomicUsize = AtomicUsize::new(0);
+static MADVISE_CALLS: AtomicUsize = AtomicUsize::new(0);
+static MREMAP_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+/// The OS memory calls made so far by this process's hakmem.
+pub fn os_counters() -> OsCounters {
+    OsCounters {
+        mmap: MMAP_CALLS.load(Ordering::Relaxed),
+        munmap: MUNMAP_CALLS.load(Ordering::Relaxed),
+        madvise: MADVISE_CALLS.load(Ordering::Relaxed),
+        mremap: MREMAP_CALLS.load(Ordering::Relaxed),
+    }
+}
+
+/// The OS page size hakmem assumes for rounding mappings (x86-64 Linux).
+pub(crate) const OS_PAGE_SIZE: usize = 4096;
+
+/// Saves `errno` on creation and restores it on drop (snmalloc's `KeepErrno`).
+struct KeepErrno(i32);
+
+impl KeepErrno {
+    fn new() -> Self {
+        Self(errno())
+    }
+}
+
+impl Drop for KeepErrno {
+    fn drop(&mut self) {
+        set_errno(self.0);
+    }
+}
+
+/// The calling thread's `errno`.
+pub fn errno() -> i32 {
+    // SAFETY: __errno_location always returns a valid pointer to this thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Sets the calling thread's `errno`.
+pub fn set_errno(value: i32) {
+    // SAFETY: __errno_location always returns a valid pointer to this thread's errno.
+    unsafe { *libc::__errno_location() = value }
+}
+
+/// Maps `size` bytes (a multiple of `OS_PAGE_SIZE`) of fresh, zeroed,
+/// read-write memory, or returns null.
+pub(crate) fn map(size: usize) -> *mut u8 {
+    let _keep = KeepErrno::new();
+    MMAP_CALLS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: an anonymous private mapping at an address of the kernel's
+    // choosing touches no existing memory.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+/// Unmaps `[p, p + size)`, a range this module mapped.
+///
+/// # Safety
+/// The range must be mapped by `map`/`map_aligned` and no longer used.
+pub(crate) unsafe fn unmap(p: *mut u8, size: usize) {
+    if size == 0 {
+        return;
+    }
+    let _keep = KeepErrno::new();
+    MUNMAP_CALLS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the caller guarantees the range is ours and unused.
+    unsafe { libc::munmap(p.cast(), size) };
+}
+
+/// Maps `size` bytes at an address `a` with `(a + offset) % align == 0`.
+/// `align` is a power of two of at least `OS_PAGE_SIZE`; `offset` is a
+/// multiple of `OS_PAGE_SIZE`. Over-maps by `align` and trims both ends.
+pub(crate) fn map_aligned(size: usize, align: usize, offset: usize) -> *mut u8 {
+    let Some(total) = size.checked_add(align) else {
+        return ptr::null_mut();
+    };
+    let base = map(total);
+    if base.is_null() {
+        return ptr::null_mut();
+    }
+    let b = base as usize;
+    let start = ((b + offset + align - 1) & !(align - 1)) - offset;
+    let start = if start < b { start + align } else { start };
+    // SAFETY: [b, start) and [start + size, b + total) lie inside the mapping
+    // just made and are not handed out.
+    unsafe {
+        unmap(base, start - b);
+        unmap((start + size) as *mut u8, b + total - (start + size));
+    }
+    start as *mut u8
+}
+
+/// Writes `bytes` to stderr, ignoring errors (used for diagnostics only).
+pub(crate) fn write_stderr(bytes: &[u8]) {
+    let _keep = KeepErrno::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        // SAFETY: rest is a valid byte slice for its length.
+        let n = unsafe { libc::write(2, rest.as_ptr().cast(), rest.len()) };
+        if n <= 0 {
+            return;
+        }
+        rest = &rest[n as usize..];
+    }
+}
+
+/// Ends the process with SIGABRT, without unwinding.
+pub(crate) fn abort() -> ! {
+    // SAFETY: abort takes no arguments and does not return.
+    unsafe { libc::abort() }
+}
+
+/// Reports a fatal misuse: `hakmem: <what>: <reason> <pointer>` then abort.
+#[cold]
+#[inline(never)]
+pub(crate) fn fatal_pointer(function: &str, reason: &str, p: *const u8) -> ! {
+    let mut buf = [0u8; 256];
+    let mut w = Writer {
+        buf: &mut buf,
+        len: 0,
+    };
+    w.push(b"hakmem: ");
+    w.push(function.as_bytes());
+    w.push(b"(): ");
+    w.push(reason.as_bytes());
+    w.push(b" ");
+    w.push_hex(p as usize);
+    w.push(b"\n");
+    let len = w.len;
+    write_stderr(&buf[..len]);
+    abort()
+}
+
+struct Writer<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl Writer<'_> {
+    fn push(&mut self, bytes: &[u8]) {
+        let n = bytes.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+        self.len += n;
+    }
+
+    fn push_hex(&mut self, value: usize) {
+        let mut digits = [0u8; 18];
+        digits[0] = b'0';
+        digits[1] = b'x';
+        for i in 0..16 {
+            let nibble = (value >> ((15 - i) * 4)) & 0xf;
+            digits[2 + i] = b"0123456789abcdef"[nibble];
+        }
+        self.push(&digits);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_aligned_honours_alignment_and_offset() {
+        for (align, offset) in [(1 << 21, 0), (1 << 22, 1 << 21), (1 << 16, 0)] {
+            let p = map_aligned(3 << 20, align, offset);
+            assert!(!p.is_null());
+            assert_eq!((p as usize + offset) % align, 0);
+            // SAFETY: the mapping is 3 MiB, fresh and ours.
+            unsafe {
+                assert_eq!(*p, 0);
+                *p.add((3 << 20) - 1) = 1;
+                unmap(p, 3 << 20);
+            }
+        }
+    }
+
+    #[test]
+    fn os_calls_preserve_errno() {
+        set_errno(1234);
+        let p = map(OS_PAGE_SIZE);
+        assert_eq!(errno(), 1234);
+        // SAFETY: p was just mapped with that size.
+        unsafe { unmap(p, OS_PAGE_SIZE) };
+        assert_eq!(errno(), 1234);
+    }
+
+    #[test]
+    fn counters_count_calls() {
+        let before = os_counters();
+        let p = map(OS_PAGE_SIZE);
+        // SAFETY: p was just mapped with that size.
+        unsafe { unmap(p, OS_PAGE_SIZE) };
+        let after = os_counters();
+        assert!(after.mmap > before.mmap);
+        assert!(after.munmap > before.munmap);
+    }
+}

@@ -1,0 +1,368 @@
+//! Page metadata: a run of equal-sized blocks and its three free lists.
+//!
+//! A page is one or more contiguous 64 KiB units of a segment (a *span*),
+//! described by the `Page` at the index of its first unit in the segment
+//! header. It owns:
+//!
+//! * `free` — blocks the owner allocates from (the fast path pops here);
+//! * `local_free` — blocks the owner freed; moved to `free` only when `free`
+//!   runs dry, so the slow path runs regularly (mimalloc's heartbeat);
+//! * `remote_free` — an atomic stack of blocks other threads freed, taken
+//!   whole by the owner with one swap. Its low bit is `FULL_NOTIFY`: set by
+//!   the owner when it parks the page as full, cleared by the first remote
+//!   push, which then tells the owner (see `Segment::notify`).
+//!
+//! Blocks are carved lazily (`extend`), a few KiB at a time, so memory that
+//! is never allocated is never touched.
+//!
+//! Invariant (owner's view, checked by `is_valid`):
+//! `used == capacity - |free| - |local_free|`, where blocks sitting in
+//! `remote_free` still count as used until the owner collects them.
+
+use crate::sync::{AtomicUsize, Ordering};
+use core::ptr;
+
+/// A free block: its first word links to the next free block.
+#[repr(C)]
+pub(crate) struct Block {
+    pub(crate) next: *mut Block,
+}
+
+/// Low bit of `remote_free`: the owner parked the page as full and wants to
+/// hear about the first remote free.
+pub(crate) const FULL_NOTIFY: usize = 1;
+
+/// `flags` bit: the page is parked as full (not in its class queue) or holds
+/// a large block; any free into it takes the slow path.
+pub(crate) const PAGE_IN_FULL: u8 = 1;
+
+/// Minimum bytes carved per extension (blocks are carved lazily).
+const EXTEND_BYTES: usize = 4096;
+const EXTEND_MIN_BLOCKS: usize = 4;
+
+#[repr(C)]
+pub(crate) struct Page {
+    /// Blocks to allocate from (fast path).
+    pub(crate) free: *mut Block,
+    /// Blocks freed by the owner.
+    pub(crate) local_free: *mut Block,
+    /// Blocks handed out and not yet known (to the owner) to be free.
+    pub(crate) used: u32,
+    /// `PAGE_IN_FULL` or 0; the local-free fast path requires 0.
+    pub(crate) flags: u8,
+    /// Size class, or `LARGE_CLASS`.
+    pub(crate) class: u8,
+    /// Whether the page is allocated (a span head in use).
+    pub(crate) in_use: bool,
+    /// Every block on `free` is untouched fresh OS memory except its link word.
+    pub(crate) free_is_zero: bool,
+    /// Blocks carved so far.
+    pub(crate) capacity: u32,
+    /// Blocks the span can hold.
+    pub(crate) reserved: u32,
+    pub(crate) block_size: usize,
+    /// Blocks freed by other threads (atomic stack) | `FULL_NOTIFY`.
+    pub(crate) remote_free: AtomicUsize,
+    /// Address of the first block.
+    pub(crate) start: *mut u8,
+    /// Links in the owner heap's queue for this class.
+    pub(crate) next: *mut Page,
+    pub(crate) prev: *mut Page,
+    /// Units in the span (head only).
+    pub(crate) units: u32,
+    /// Bytes from this `Page` back to its span's head `Page` (0 for heads).
+    pub(crate) span_offset: u32,
+}
+
+impl Page {
+    /// A page with no blocks (the static empty page and fresh headers).
+    #[cfg(not(hakmem_loom))]
+    pub(crate) const fn empty() -> Self {
+        Self {
+            free: ptr::null_mut(),
+            local_free: ptr::null_mut(),
+            used: 0,
+            flags: 0,
+            class: 0,
+            in_use: false,
+            free_is_zero: false,
+            capacity: 0,
+            reserved: 0,
+            block_size: 0,
+            remote_free: AtomicUsize::new(0),
+            start: ptr::null_mut(),
+            next: ptr::null_mut(),
+            prev: ptr::null_mut(),
+            units: 0,
+            span_offset: 0,
+        }
+    }
+
+    /// Prepares an unused span head for blocks of `block_size`.
+    pub(crate) fn init(
+        &mut self,
+        class: u8,
+        block_size: usize,
+        start: *mut u8,
+        units: u32,
+        zero: bool,
+    ) {
+        let bytes = units as usize * crate::segment::PAGE_SIZE;
+        self.free = ptr::null_mut();
+        self.local_free = ptr::null_mut();
+        self.used = 0;
+        self.flags = 0;
+        self.class = class;
+        self.in_use = true;
+        self.free_is_zero = zero;
+        self.capacity = 0;
+        self.reserved = (bytes / block_size) as u32;
+        self.block_size = block_size;
+        self.remote_free.store(0, Ordering::Relaxed);
+        self.start = start;
+        self.next = ptr::null_mut();
+        self.prev = ptr::null_mut();
+        self.units = units;
+        self.span_offset = 0;
+    }
+
+    /// Carves the next few blocks into `free` (which must be empty).
+    /// Returns false when the span is fully carved.
+    pub(crate) fn extend(&mut self) -> bool {
+        debug_assert!(self.free.is_null());
+        let remaining = (self.reserved - self.capacity) as usize;
+        if remaining == 0 {
+            return false;
+        }
+        let n = (EXTEND_BYTES / self.block_size)
+            .max(EXTEND_MIN_BLOCKS)
+            .min(remaining);
+        let bs = self.block_size;
+        // SAFETY: blocks capacity..capacity+n lie inside the span (n <= remaining),
+        // which is mapped read-write and owned by this page's owner.
+        unsafe {
+            let first = self.start.add(self.capacity as usize * bs);
+            let mut b = first;
+            for _ in 1..n {
+                let next = b.add(bs);
+                (*(b as *mut Block)).next = next as *mut Block;
+                b = next;
+            }
+            (*(b as *mut Block)).next = ptr::null_mut();
+            self.free = first as *mut Block;
+        }
+        self.capacity += n as u32;
+        true
+    }
+
+    /// Pops a block from `free`; `free` must be non-empty.
+    #[inline(always)]
+    pub(crate) fn pop(&mut self) -> *mut u8 {
+        let b = self.free;
+        debug_assert!(!b.is_null());
+        // SAFETY: b is a free block of this page; its first word is its link.
+        self.free = unsafe { (*b).next };
+        self.used += 1;
+        b as *mut u8
+    }
+
+    /// Moves `local_free` and the remote frees into `free`, which must be
+    /// empty. Leaves `FULL_NOTIFY` alone when no remote block was waiting.
+    pub(crate) fn collect(&mut self) {
+        debug_assert!(self.free.is_null());
+        if !self.local_free.is_null() {
+            self.free = self.local_free;
+            self.local_free = ptr::null_mut();
+            self.free_is_zero = false;
+        }
+        self.collect_remote();
+    }
+
+    /// Takes every remotely freed block into `free` (prepending).
+    pub(crate) fn collect_remote(&mut self) {
+        if self.remote_free.load(Ordering::Relaxed) & !FULL_NOTIFY == 0 {
+            return;
+        }
+        // Acquire: pairs with the Release CAS in `push_remote`, making the
+        // pushers' link writes (and the user's last writes) visible.
+        let head = (self.remote_free.swap(0, Ordering::Acquire) & !FULL_NOTIFY) as *mut Block;
+        if head.is_null() {
+            return;
+        }
+        let mut count = 1u32;
+        let mut tail = head;
+        // SAFETY: every block on the remote stack is a block of this page
+        // pushed by `push_remote`; the swap gave this thread the whole stack.
+        unsafe {
+            while !(*tail).next.is_null() {
+                tail = (*tail).next;
+                count += 1;
+            }
+            (*tail).next = self.free;
+        }
+        self.free = head;
+        self.free_is_zero = false;
+        debug_assert!(count <= self.used);
+        self.used -= count;
+    }
+
+    /// Pushes `block` onto the remote stack (any thread). Returns true when
+    /// the owner had parked the page as full and must be told.
+    pub(crate) fn push_remote(&self, block: *mut Block) -> bool {
+        let mut old = self.remote_free.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: block is a block of this page being freed by the
+            // caller, who owns it until the CAS publishes it.
+            unsafe { (*block).next = (old & !FULL_NOTIFY) as *mut Block };
+            // Release: publishes the link write above (and the user's writes
+            // to the block) to the owner's Acquire swap in `collect_remote`.
+            match self.remote_free.compare_exchange_weak(
+                old,
+                block as usize,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return old & FULL_NOTIFY != 0,
+                Err(current) => old = current,
+            }
+        }
+    }
+
+    /// Asks to be told of the next remote free. Fails (returns false) when
+    /// remote blocks are already waiting: the caller should collect them.
+    pub(crate) fn try_set_full_notify(&self) -> bool {
+        // Relaxed on success: nothing is published; the pusher that later
+        // clears the bit publishes its block with Release.
+        self.remote_free
+            .compare_exchange(0, FULL_NOTIFY, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Withdraws a `FULL_NOTIFY` request (the owner found the page useful
+    /// again by itself). A pusher racing with this may still notify; the
+    /// notification handler tolerates pages that are no longer parked.
+    pub(crate) fn clear_full_notify(&self) {
+        self.remote_free.fetch_and(!FULL_NOTIFY, Ordering::Relaxed);
+    }
+
+    /// Whether the block list `list` has `n` distinct entries inside the page.
+    fn list_len(&self, mut list: *mut Block) -> Option<u32> {
+        let mut n = 0u32;
+        let end = self.start as usize + self.capacity as usize * self.block_size;
+        while !list.is_null() {
+            let a = list as usize;
+            if a < self.start as usize
+                || a >= end
+                || (a - self.start as usize) % self.block_size != 0
+            {
+                return None;
+            }
+            n += 1;
+            if n > self.capacity {
+                return None;
+            }
+            // SAFETY: list points at a carved block of this page (checked above).
+            list = unsafe { (*list).next };
+        }
+        Some(n)
+    }
+
+    /// Checks the owner's invariant (expensive: walks the lists).
+    pub(crate) fn is_valid(&self) -> bool {
+        let (Some(f), Some(l)) = (self.list_len(self.free), self.list_len(self.local_free)) else {
+            return false;
+        };
+        self.capacity <= self.reserved && self.used + f + l == self.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    extern crate std;
+    use std::vec::Vec;
+
+    fn page_over(buf: &mut [u8], block_size: usize) -> Page {
+        let mut p = Page::empty();
+        p.init(0, block_size, buf.as_mut_ptr(), 1, false);
+        p.reserved = (buf.len() / block_size) as u32;
+        p
+    }
+
+    #[test]
+    fn carving_is_lazy_and_yields_every_block_once() {
+        let mut buf = std::vec![0u8; 64 * 1024];
+        let mut page = page_over(&mut buf, 64);
+        assert_eq!(page.capacity, 0);
+        let mut seen = Vec::new();
+        loop {
+            if page.free.is_null() && !page.extend() {
+                break;
+            }
+            assert!(page.capacity <= 4096 / 64 * (seen.len() as u32 / 64 + 1));
+            seen.push(page.pop() as usize);
+            assert!(page.is_valid());
+        }
+        assert_eq!(seen.len(), 1024);
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), 1024);
+    }
+
+    #[test]
+    fn local_frees_come_back_only_after_free_runs_dry() {
+        let mut buf = std::vec![0u8; 4096];
+        let mut page = page_over(&mut buf, 512);
+        assert!(page.extend());
+        let a = page.pop();
+        let b = page.pop();
+        let b_block = b as *mut Block;
+        // SAFETY: b is a block of the page just popped.
+        unsafe { (*b_block).next = page.local_free };
+        page.local_free = b_block;
+        page.used -= 1;
+        assert!(page.is_valid());
+        // Drain free; b must not reappear before that.
+        while !page.free.is_null() {
+            assert_ne!(page.pop(), b);
+        }
+        page.collect();
+        assert_eq!(page.pop(), b);
+        assert_ne!(a, b);
+        assert!(page.is_valid());
+    }
+
+    #[test]
+    fn remote_free_is_collected_by_owner() {
+        let mut buf = std::vec![0u8; 4096];
+        let mut page = page_over(&mut buf, 256);
+        assert!(page.extend());
+        let blocks: Vec<*mut u8> = (0..4).map(|_| page.pop()).collect();
+        for &b in &blocks {
+            assert!(!page.push_remote(b as *mut Block));
+        }
+        assert_eq!(page.used, 4);
+        while !page.free.is_null() {
+            page.pop();
+        }
+        let used_before = page.used;
+        page.collect();
+        assert_eq!(page.used, used_before - 4);
+        assert!(page.is_valid());
+    }
+
+    #[test]
+    fn full_notify_is_reported_once_to_the_first_remote_pusher() {
+        let mut buf = std::vec![0u8; 1024];
+        let mut page = page_over(&mut buf, 256);
+        assert!(page.extend());
+        let blocks: Vec<*mut u8> = (0..4).map(|_| page.pop()).collect();
+        assert!(page.try_set_full_notify());
+        assert!(page.push_remote(blocks[0] as *mut Block));
+        assert!(!page.push_remote(blocks[1] as *mut Block));
+        assert!(!page.try_set_full_notify(), "blocks are waiting");
+        page.collect();
+        assert_eq!(page.used, 2);
+        assert_eq!(page.remote_free.load(Ordering::Relaxed), 0);
+    }
+}

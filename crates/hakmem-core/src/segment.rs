@@ -1,0 +1,500 @@
+//! Segments: 2 MiB, 2 MiB-aligned regions of 32 pages of 64 KiB, with the
+//! page metadata in a header in the first page.
+//!
+//! `ptr -> segment` is a mask and `ptr -> page` a shift (`segment_of`,
+//! `Segment::page_of`): free needs no lookup table, hash or system call. The
+//! mask is applied to `ptr - 1`, so a huge block that starts exactly on a
+//! 2 MiB boundary (alignments of 2 MiB and more) still finds the header just
+//! below it; every other block starts at least one page past its header.
+//!
+//! The first page holds only the header; blocks live in pages 1..32, so every
+//! page start is 64 KiB-aligned (aligned allocation relies on this). The
+//! header's untouched tail is never faulted in.
+//!
+//! A *normal* segment belongs to one thread heap (`thread_id`), which carves
+//! spans of pages from it without locks. A *huge* segment is one dedicated
+//! mapping holding a single block; its `thread_id` is 0, so every free of it
+//! takes the slow path, from any thread.
+//!
+//! Also here: the segment map (one bit per 2 MiB of address space: "is this a
+//! hakmem segment header?", answered in O(1) without a system call), the
+//! global cache of empty segments, and the list of abandoned segments.
+//!
+//! Invariants: `free_units` never has bit 0; `used_pages` is the number of
+//! span heads with `in_use`; a normal segment is in exactly one of: its
+//! owner heap's list, the abandoned list, the cache.
+
+use crate::heap::Heap;
+use crate::os;
+use crate::page::Page;
+use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, MapWord, Ordering, SpinLock};
+use core::cell::UnsafeCell;
+use core::ptr;
+
+/// log2 of the segment size.
+pub const SEGMENT_SHIFT: usize = 21;
+/// 2 MiB: large enough to amortise a mapping over many pages, small enough to
+/// keep a thread's first segment cheap.
+pub const SEGMENT_SIZE: usize = 1 << SEGMENT_SHIFT;
+const SEGMENT_MASK: usize = SEGMENT_SIZE - 1;
+/// log2 of the page size.
+pub const PAGE_SHIFT: usize = 16;
+/// 64 KiB pages: the research line's winning shape.
+pub const PAGE_SIZE: usize = 1 << PAGE_SHIFT;
+/// Pages per segment; page 0 holds the header.
+pub const PAGES_PER_SEGMENT: usize = SEGMENT_SIZE / PAGE_SIZE;
+/// Bitmap of the pages a fresh segment can hand out (all but the header's).
+const ALL_BLOCK_PAGES: u32 = !1;
+/// Largest block placed inside a segment (31 pages); larger ones are huge.
+pub const LARGE_SIZE_MAX: usize = (PAGES_PER_SEGMENT - 1) * PAGE_SIZE;
+/// Empty segments kept for reuse before the rest go back to the OS.
+const SEGMENT_CACHE_MAX: usize = 32;
+
+/// Whether a segment is a heap's (normal) or a single huge block's.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub(crate) enum SegmentKind {
+    Normal,
+    Huge,
+}
+
+#[repr(C)]
+pub(crate) struct Segment {
+    /// Owner's thread id; 0 when abandoned, cached or huge.
+    pub(crate) thread_id: AtomicUsize,
+    /// Owner heap (null when not owned); read by remote frees to notify.
+    pub(crate) heap: AtomicPtr<Heap>,
+    /// Pages (by head index) whose parked-full state a remote free ended.
+    pub(crate) notify_bits: AtomicU32,
+    pub(crate) kind: SegmentKind,
+    /// Free pages (bit i = page i free). Owner only.
+    pub(crate) free_units: u32,
+    /// Pages ever handed out since the OS gave them zeroed. Owner only.
+    pub(crate) dirty_units: u32,
+    /// Span heads in use. Owner only.
+    pub(crate) used_pages: u32,
+    /// Bytes mapped from the segment start (huge segments; `SEGMENT_SIZE` otherwise).
+    pub(crate) mapping_size: usize,
+    /// Links in the owner heap's list, the cache or the abandoned list.
+    pub(crate) next: *mut Segment,
+    pub(crate) prev: *mut Segment,
+    pub(crate) pages: [Page; PAGES_PER_SEGMENT],
+}
+
+const _: () = assert!(core::mem::size_of::<Segment>() <= PAGE_SIZE);
+
+/// The segment holding block `p` (a hakmem pointer).
+#[inline(always)]
+pub(crate) fn segment_of(p: *const u8) -> *mut Segment {
+    ((p as usize).wrapping_sub(1) & !SEGMENT_MASK) as *mut Segment
+}
+
+impl Segment {
+    /// The page (span head) holding block `p` of this normal segment.
+    ///
+    /// # Safety
+    /// `self` must be a normal segment and `p` point into one of its pages.
+    #[inline(always)]
+    pub(crate) unsafe fn page_of(&self, p: *const u8) -> *mut Page {
+        let index = (p as usize - self as *const Self as usize) >> PAGE_SHIFT;
+        // SAFETY: the caller guarantees p lies in this segment, so index < 32.
+        let unit = unsafe { self.pages.as_ptr().add(index) };
+        // SAFETY: span_offset of a unit in a span points back at its head,
+        // inside the same array (0 for heads).
+        unsafe { (unit as *const u8).sub((*unit).span_offset as usize) as *mut Page }
+    }
+
+    /// Index of a page (span head) in `pages`.
+    pub(crate) fn page_index(&self, page: *const Page) -> usize {
+        (page as usize - self.pages.as_ptr() as usize) / core::mem::size_of::<Page>()
+    }
+
+    /// Start address of page `index`.
+    pub(crate) fn page_start(&self, index: usize) -> *mut u8 {
+        (self as *const Self as usize + index * PAGE_SIZE) as *mut u8
+    }
+
+    /// Takes `units` contiguous free pages, returning the index of the first.
+    pub(crate) fn take_span(&mut self, units: usize) -> Option<usize> {
+        let mut runs = self.free_units;
+        for _ in 1..units {
+            runs &= runs >> 1;
+        }
+        if runs == 0 {
+            return None;
+        }
+        let first = runs.trailing_zeros() as usize;
+        let mask = span_mask(first, units);
+        self.free_units &= !mask;
+        Some(first)
+    }
+
+    /// Whether the pages of a span were all fresh (zeroed) memory; marks them used.
+    pub(crate) fn mark_dirty(&mut self, first: usize, units: usize) -> bool {
+        let mask = span_mask(first, units);
+        let fresh = self.dirty_units & mask == 0;
+        self.dirty_units |= mask;
+        fresh
+    }
+
+    /// Returns a span's pages to the segment.
+    pub(crate) fn return_span(&mut self, first: usize, units: usize) {
+        let mask = span_mask(first, units);
+        debug_assert!(self.free_units & mask == 0);
+        self.free_units |= mask;
+    }
+
+    /// Tells the owner that `page`'s parked-full state ended (any thread).
+    pub(crate) fn notify(&self, page: *const Page) {
+        let bit = 1u32 << self.page_index(page);
+        // SeqCst (with the SeqCst store of `heap` in reclaim and the swap of
+        // `notify_bits` there): either the reclaimer's swap sees this bit, or
+        // this load of `heap` sees the reclaimer, which then hears about it.
+        self.notify_bits.fetch_or(bit, Ordering::SeqCst);
+        let heap = self.heap.load(Ordering::SeqCst);
+        if !heap.is_null() {
+            // SAFETY: heaps live in the heap pool and are never unmapped, so
+            // even a heap that has since been abandoned is valid memory; a
+            // spurious notification only costs its owner a scan.
+            unsafe { (*heap).notified.store(true, Ordering::SeqCst) };
+        }
+    }
+
+    /// Resets the header of a segment that is about to be (re)used as normal.
+    fn init_normal(&mut self, fresh: bool) {
+        self.thread_id.store(0, Ordering::Relaxed);
+        self.heap.store(ptr::null_mut(), Ordering::Relaxed);
+        self.notify_bits.store(0, Ordering::Relaxed);
+        self.kind = SegmentKind::Normal;
+        self.free_units = ALL_BLOCK_PAGES;
+        if fresh {
+            self.dirty_units = 0;
+        }
+        self.used_pages = 0;
+        self.mapping_size = SEGMENT_SIZE;
+        self.next = ptr::null_mut();
+        self.prev = ptr::null_mut();
+        for page in self.pages.iter_mut() {
+            page.in_use = false;
+            page.span_offset = 0;
+            page.units = 0;
+        }
+    }
+}
+
+fn span_mask(first: usize, units: usize) -> u32 {
+    (((1u64 << units) - 1) << first) as u32
+}
+
+// ---------------------------------------------------------------------------
+// The segment map: one bit per 2 MiB of the 47-bit user address space
+// (8 MiB of zero-initialised memory that is only faulted in where used).
+
+const ADDRESS_BITS: usize = 47;
+const MAP_BITS: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT);
+const MAP_WORDS: usize = MAP_BITS / 64;
+
+static SEGMENT_MAP: [MapWord; MAP_WORDS] = [const { MapWord::new(0) }; MAP_WORDS];
+
+fn map_slot(segment: usize) -> Option<(usize, u64)> {
+    let bit = segment >> SEGMENT_SHIFT;
+    (bit < MAP_BITS).then(|| (bit / 64, 1u64 << (bit % 64)))
+}
+
+fn map_set(segment: *mut Segment, present: bool) {
+    if let Some((word, bit)) = map_slot(segment as usize) {
+        // Release/Acquire with `is_segment`: a thread that sees the bit sees
+        // the initialised header.
+        if present {
+            SEGMENT_MAP[word].fetch_or(bit, Ordering::Release);
+        } else {
+            SEGMENT_MAP[word].fetch_and(!bit, Ordering::Release);
+        }
+    }
+}
+
+/// Whether `segment` is the start of a hakmem segment (O(1), no system call).
+#[inline]
+pub(crate) fn is_segment(segment: *const Segment) -> bool {
+    match map_slot(segment as usize) {
+        Some((word, bit)) => SEGMENT_MAP[word].load(Ordering::Acquire) & bit != 0,
+        None => false,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Global lists: empty segments (cache) and segments of exited threads
+// (abandoned). Both are intrusive stacks through `Segment::next`, under a
+// spin lock held for a few instructions; `fork` takes the locks first.
+
+struct SegmentList {
+    lock: SpinLock,
+    head: UnsafeCell<*mut Segment>,
+    count: UnsafeCell<usize>,
+}
+
+// SAFETY: head and count are only accessed with `lock` held.
+unsafe impl Sync for SegmentList {}
+
+impl SegmentList {
+    const fn new() -> Self {
+        Self {
+            lock: SpinLock::new(),
+            head: UnsafeCell::new(ptr::null_mut()),
+            count: UnsafeCell::new(0),
+        }
+    }
+
+    /// Pushes unless the list already holds `limit`; returns whether it did.
+    fn push(&self, segment: *mut Segment, limit: usize) -> bool {
+        self.lock.lock();
+        // SAFETY: the lock is held; segment is exclusively the caller's.
+        let pushed = unsafe {
+            if *self.count.get() >= limit {
+                false
+            } else {
+                (*segment).next = *self.head.get();
+                *self.head.get() = segment;
+                *self.count.get() += 1;
+                true
+            }
+        };
+        self.lock.unlock();
+        pushed
+    }
+
+    fn pop(&self) -> *mut Segment {
+        self.lock.lock();
+        // SAFETY: the lock is held; segments on the list are valid.
+        let segment = unsafe {
+            let s = *self.head.get();
+            if !s.is_null() {
+                *self.head.get() = (*s).next;
+                (*s).next = ptr::null_mut();
+                *self.count.get() -= 1;
+            }
+            s
+        };
+        self.lock.unlock();
+        segment
+    }
+
+    fn len(&self) -> usize {
+        self.lock.lock();
+        // SAFETY: the lock is held.
+        let n = unsafe { *self.count.get() };
+        self.lock.unlock();
+        n
+    }
+}
+
+static SEGMENT_CACHE: SegmentList = SegmentList::new();
+static ABANDONED: SegmentList = SegmentList::new();
+
+/// A normal segment for a heap: from the cache, else fresh from the OS.
+/// Returns null when the OS refuses. The caller sets ownership.
+pub(crate) fn segment_alloc() -> *mut Segment {
+    let cached = SEGMENT_CACHE.pop();
+    if !cached.is_null() {
+        // SAFETY: a cached segment is an unowned, mapped segment.
+        unsafe { (*cached).init_normal(false) };
+        return cached;
+    }
+    let p = os::map_aligned(SEGMENT_SIZE, SEGMENT_SIZE, 0) as *mut Segment;
+    if p.is_null() {
+        return p;
+    }
+    // SAFETY: p is a fresh, zeroed, exclusive 2 MiB mapping.
+    unsafe { (*p).init_normal(true) };
+    map_set(p, true);
+    p
+}
+
+/// Gives back an empty, unowned normal segment: to the cache, or to the OS
+/// when the cache is full. (Purging cached segments belongs to the purge
+/// policy: see docs/DESIGN.md.)
+///
+/// # Safety
+/// `segment` must be an empty normal segment no heap or list refers to.
+pub(crate) unsafe fn segment_free(segment: *mut Segment) {
+    // SAFETY: the caller guarantees exclusivity.
+    unsafe {
+        debug_assert_eq!((*segment).used_pages, 0);
+        (*segment).thread_id.store(0, Ordering::Relaxed);
+        (*segment).heap.store(ptr::null_mut(), Ordering::Relaxed);
+    }
+    if !SEGMENT_CACHE.push(segment, SEGMENT_CACHE_MAX) {
+        map_set(segment, false);
+        // SAFETY: the segment is unreferenced and was mapped with this size.
+        unsafe { os::unmap(segment as *mut u8, SEGMENT_SIZE) };
+    }
+}
+
+/// Publishes a segment of an exited thread for reclaim by another.
+pub(crate) fn abandoned_push(segment: *mut Segment) {
+    ABANDONED.push(segment, usize::MAX);
+}
+
+/// Takes an abandoned segment (null when none).
+pub(crate) fn abandoned_pop() -> *mut Segment {
+    ABANDONED.pop()
+}
+
+/// Number of abandoned segments waiting for reclaim.
+pub fn abandoned_count() -> usize {
+    ABANDONED.len()
+}
+
+/// Number of empty segments in the cache.
+pub fn cached_count() -> usize {
+    SEGMENT_CACHE.len()
+}
+
+/// `fork` prepare: hold every global segment lock across the fork.
+pub(crate) fn lock_all() {
+    SEGMENT_CACHE.lock.lock();
+    ABANDONED.lock.lock();
+}
+
+/// `fork` parent/child: release what `lock_all` took.
+pub(crate) fn unlock_all() {
+    ABANDONED.lock.unlock();
+    SEGMENT_CACHE.lock.unlock();
+}
+
+// ---------------------------------------------------------------------------
+// Huge blocks: one mapping each, with a segment header at a 2 MiB boundary.
+
+/// Offset of a huge block from its segment header for alignment `align`.
+fn huge_offset(align: usize) -> usize {
+    align.clamp(PAGE_SIZE, SEGMENT_SIZE)
+}
+
+/// Maps a dedicated segment for a block of `size` bytes aligned to `align`
+/// (a power of two). Returns null when the OS refuses or the size overflows.
+pub(crate) fn huge_alloc(size: usize, align: usize) -> *mut u8 {
+    let offset = huge_offset(align);
+    let Some(total) = size
+        .checked_add(offset)
+        .and_then(|t| t.checked_add(os::OS_PAGE_SIZE - 1))
+        .map(|t| t & !(os::OS_PAGE_SIZE - 1))
+    else {
+        return ptr::null_mut();
+    };
+    if total > isize::MAX as usize {
+        return ptr::null_mut();
+    }
+    // The header must be 2 MiB-aligned; for alignments above 2 MiB the block
+    // (at header + 2 MiB) carries the alignment.
+    let segment = if align > SEGMENT_SIZE {
+        os::map_aligned(total, align, SEGMENT_SIZE)
+    } else {
+        os::map_aligned(total, SEGMENT_SIZE, 0)
+    } as *mut Segment;
+    if segment.is_null() {
+        return ptr::null_mut();
+    }
+    // SAFETY: segment is a fresh, zeroed mapping of `total >= PAGE_SIZE` bytes.
+    unsafe {
+        (*segment).kind = SegmentKind::Huge;
+        (*segment).mapping_size = total;
+    }
+    map_set(segment, true);
+    (segment as usize + offset) as *mut u8
+}
+
+/// Usable bytes of huge block `p` in `segment`.
+///
+/// # Safety
+/// `segment` must be the huge segment holding `p`.
+pub(crate) unsafe fn huge_usable_size(segment: *const Segment, p: *const u8) -> usize {
+    // SAFETY: the caller guarantees segment is a live huge segment.
+    unsafe { segment as usize + (*segment).mapping_size - p as usize }
+}
+
+/// Unmaps huge `segment`.
+///
+/// # Safety
+/// `segment` must be a live huge segment whose block is no longer used.
+pub(crate) unsafe fn huge_free(segment: *mut Segment) {
+    map_set(segment, false);
+    // SAFETY: the caller guarantees segment is a live huge segment.
+    unsafe { os::unmap(segment as *mut u8, (*segment).mapping_size) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_and_page_follow_by_mask_and_shift() {
+        let s = segment_alloc();
+        assert!(!s.is_null());
+        assert_eq!(s as usize % SEGMENT_SIZE, 0);
+        assert!(is_segment(s));
+        // SAFETY: s is a fresh segment exclusively owned by this test.
+        unsafe {
+            let first = (*s).take_span(1).unwrap();
+            assert_eq!(first, 1);
+            let span = (*s).take_span(3).unwrap();
+            assert_eq!(span, 2);
+            for k in 1..3 {
+                (*s).pages[span + k].span_offset = (k * core::mem::size_of::<Page>()) as u32;
+            }
+            let p = (*s).page_start(span).add(2 * PAGE_SIZE + 100);
+            assert_eq!(segment_of(p), s);
+            assert_eq!((*s).page_of(p), &mut (*s).pages[span] as *mut Page);
+            let q = (*s).page_start(first);
+            assert_eq!(segment_of(q.add(1)), s);
+            assert_eq!((*s).page_of(q), &mut (*s).pages[first] as *mut Page);
+            (*s).return_span(span, 3);
+            (*s).return_span(first, 1);
+            assert_eq!((*s).free_units, ALL_BLOCK_PAGES);
+            segment_free(s);
+        }
+    }
+
+    #[test]
+    fn spans_are_first_fit_and_never_include_the_header() {
+        let s = segment_alloc();
+        // SAFETY: s is a fresh segment exclusively owned by this test.
+        unsafe {
+            assert_eq!((*s).take_span(31), Some(1));
+            assert_eq!((*s).take_span(1), None);
+            (*s).return_span(1, 31);
+            assert_eq!((*s).take_span(32), None);
+            assert!((*s).mark_dirty(1, 2));
+            assert!(!(*s).mark_dirty(2, 1));
+            segment_free(s);
+        }
+    }
+
+    #[test]
+    fn huge_blocks_find_their_header_at_every_alignment() {
+        let mut align = 16;
+        while align <= 8 << 20 {
+            let p = huge_alloc(3 << 20, align);
+            assert!(!p.is_null());
+            assert_eq!(p as usize % align, 0, "align {align}");
+            let s = segment_of(p);
+            assert!(is_segment(s));
+            // SAFETY: s is the huge segment just created for p.
+            unsafe {
+                assert_eq!((*s).kind, SegmentKind::Huge);
+                assert!(huge_usable_size(s, p) >= 3 << 20);
+                *p.add((3 << 20) - 1) = 7;
+                huge_free(s);
+            }
+            assert!(!is_segment(s));
+            align *= 4;
+        }
+    }
+
+    #[test]
+    fn foreign_addresses_are_not_segments() {
+        let x = 0u64;
+        assert!(!is_segment(segment_of(&x as *const u64 as *const u8)));
+        assert!(!is_segment(usize::MAX as *const Segment));
+        assert!(!is_segment(ptr::null()));
+    }
+}

@@ -172,10 +172,7 @@ mod tests {
                         assert_eq!(BLOCK_SIZE[c] % align, 0);
                         assert!(BLOCK_SIZE[c] >= size);
                     }
-                    None => assert!(
-                        size.max(align).next_power_of_two() > MEDIUM_SIZE_MAX
-                            || size > MEDIUM_SIZE_MAX
-                    ),
+                    None => assert!(size.max(align).next_power_of_two() > MEDIUM_SIZE_MAX || size > MEDIUM_SIZE_MAX),
                 }
             }
             align *= 2;

@@ -237,13 +237,7 @@ unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_size: usize
         };
         let fresh = (*seg).mark_dirty(first, units);
         let page = &mut (*seg).pages[first] as *mut Page;
-        (*page).init(
-            class,
-            block_size,
-            (*seg).page_start(first),
-            units as u32,
-            fresh,
-        );
+        (*page).init(class, block_size, (*seg).page_start(first), units as u32, fresh);
         for k in 1..units {
             (*seg).pages[first + k].span_offset = (k * core::mem::size_of::<Page>()) as u32;
         }
@@ -252,20 +246,32 @@ unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_size: usize
     }
 }
 
-/// A segment with room for `units` pages: reclaimed from an exited thread
-/// if one is waiting, else from the cache or the OS. Null when out of memory.
+/// Abandoned segments examined per segment acquisition: enough to drain
+/// what exiting threads leave behind, few enough to bound the pause.
+const RECLAIM_MAX: usize = 64;
+
+/// A segment with room for `units` pages. Reclaims waiting abandoned
+/// segments first (up to `RECLAIM_MAX`, handing empty ones to the cache),
+/// then takes one from the cache or the OS. Null when out of memory.
 unsafe fn segment_acquire(heap: *mut Heap, units: usize) -> *mut Segment {
     // SAFETY: heap is the caller's own heap.
     unsafe {
-        loop {
+        let mut found: *mut Segment = ptr::null_mut();
+        for _ in 0..RECLAIM_MAX {
             let seg = segment::abandoned_pop();
             if seg.is_null() {
                 break;
             }
             reclaim(heap, seg);
-            if (*seg).heap.load(Ordering::Relaxed) == heap && has_run((*seg).free_units, units) {
-                return seg;
+            if found.is_null() && has_run((*seg).free_units, units) {
+                found = seg;
+            } else if (*seg).used_pages == 0 {
+                unlink_segment(heap, seg);
+                segment::segment_free(seg);
             }
+        }
+        if !found.is_null() {
+            return found;
         }
         let seg = segment::segment_alloc();
         if seg.is_null() {
@@ -364,8 +370,7 @@ unsafe fn settle(heap: *mut Heap, seg: *mut Segment, page: *mut Page) {
                 return;
             }
             (*page).flags = PAGE_IN_FULL;
-            if (*page).remote_free.load(Ordering::Relaxed) == crate::page::FULL_NOTIFY
-                || (*page).try_set_full_notify()
+            if (*page).remote_free.load(Ordering::Relaxed) == crate::page::FULL_NOTIFY || (*page).try_set_full_notify()
             {
                 return;
             }
@@ -486,11 +491,7 @@ unsafe fn sync_direct(heap: *mut Heap, class: usize) {
     // SAFETY: heap is the caller's own heap.
     unsafe {
         let first = (*heap).queues[class].first;
-        (*heap).direct[class] = if first.is_null() {
-            EMPTY_PAGE.get()
-        } else {
-            first
-        };
+        (*heap).direct[class] = if first.is_null() { EMPTY_PAGE.get() } else { first };
     }
 }
 

@@ -112,10 +112,7 @@ fn alloc_generic(size: usize, align: usize) -> (*mut u8, bool) {
     let (p, zero) = if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
         // Only reached from alloc_zeroed.
         // SAFETY: thread::heap() is this thread's heap.
-        (
-            unsafe { heap::alloc(thread::heap(), class::class_of(size)) },
-            false,
-        )
+        (unsafe { heap::alloc(thread::heap(), class::class_of(size)) }, false)
     } else if align <= PAGE_SIZE {
         match class::aligned_class(size, align) {
             // SAFETY: thread::heap() is this thread's heap.
@@ -235,6 +232,16 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
         }
     }
     q
+}
+
+/// The calling thread's `errno` (for tests and the C shim).
+pub fn os_errno() -> i32 {
+    os::errno()
+}
+
+/// Sets the calling thread's `errno` to 0 (for tests).
+pub fn os_errno_reset() {
+    os::set_errno(0)
 }
 
 /// Reports a misused pointer (`hakmem: <function>(): <reason> 0x...`) on

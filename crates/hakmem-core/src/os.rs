@@ -152,10 +152,7 @@ pub(crate) fn abort() -> ! {
 #[inline(never)]
 pub(crate) fn fatal_pointer(function: &str, reason: &str, p: *const u8) -> ! {
     let mut buf = [0u8; 256];
-    let mut w = Writer {
-        buf: &mut buf,
-        len: 0,
-    };
+    let mut w = Writer { buf: &mut buf, len: 0 };
     w.push(b"hakmem: ");
     w.push(function.as_bytes());
     w.push(b"(): ");

@@ -99,14 +99,7 @@ impl Page {
     }
 
     /// Prepares an unused span head for blocks of `block_size`.
-    pub(crate) fn init(
-        &mut self,
-        class: u8,
-        block_size: usize,
-        start: *mut u8,
-        units: u32,
-        zero: bool,
-    ) {
+    pub(crate) fn init(&mut self, class: u8, block_size: usize, start: *mut u8, units: u32, zero: bool) {
         let bytes = units as usize * crate::segment::PAGE_SIZE;
         self.free = ptr::null_mut();
         self.local_free = ptr::null_mut();
@@ -134,9 +127,7 @@ impl Page {
         if remaining == 0 {
             return false;
         }
-        let n = (EXTEND_BYTES / self.block_size)
-            .max(EXTEND_MIN_BLOCKS)
-            .min(remaining);
+        let n = (EXTEND_BYTES / self.block_size).max(EXTEND_MIN_BLOCKS).min(remaining);
         let bs = self.block_size;
         // SAFETY: blocks capacity..capacity+n lie inside the span (n <= remaining),
         // which is mapped read-write and owned by this page's owner.
@@ -216,12 +207,10 @@ impl Page {
             unsafe { (*block).next = (old & !FULL_NOTIFY) as *mut Block };
             // Release: publishes the link write above (and the user's writes
             // to the block) to the owner's Acquire swap in `collect_remote`.
-            match self.remote_free.compare_exchange_weak(
-                old,
-                block as usize,
-                Ordering::Release,
-                Ordering::Relaxed,
-            ) {
+            match self
+                .remote_free
+                .compare_exchange_weak(old, block as usize, Ordering::Release, Ordering::Relaxed)
+            {
                 Ok(_) => return old & FULL_NOTIFY != 0,
                 Err(current) => old = current,
             }
@@ -251,10 +240,7 @@ impl Page {
         let end = self.start as usize + self.capacity as usize * self.block_size;
         while !list.is_null() {
             let a = list as usize;
-            if a < self.start as usize
-                || a >= end
-                || (a - self.start as usize) % self.block_size != 0
-            {
+            if a < self.start as usize || a >= end || (a - self.start as usize) % self.block_size != 0 {
                 return None;
             }
             n += 1;

@@ -20,9 +20,7 @@
 //! that has exhausted it will fail to load libhakmem.so (as with mimalloc).
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-compile_error!(
-    "hakmem-core supports x86_64 Linux only for now (its TLS binding is x86-64 assembly)"
-);
+compile_error!("hakmem-core supports x86_64 Linux only for now (its TLS binding is x86-64 assembly)");
 
 use crate::heap::{self, Heap, EMPTY_HEAP};
 use crate::segment;
@@ -103,12 +101,7 @@ fn process_init() {
         return;
     }
     if PROCESS_INIT
-        .compare_exchange(
-            INIT_NONE,
-            INIT_RUNNING,
-            Ordering::Acquire,
-            Ordering::Acquire,
-        )
+        .compare_exchange(INIT_NONE, INIT_RUNNING, Ordering::Acquire, Ordering::Acquire)
         .is_ok()
     {
         // SAFETY: only this thread writes THREAD_KEY (INIT_RUNNING is ours);

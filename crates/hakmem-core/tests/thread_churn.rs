@@ -1,0 +1,60 @@
+//! 100 000 short-lived threads must keep a bounded footprint: segments of
+//! exited threads are reclaimed, not stranded.
+
+use hakmem_core::Hakmem;
+
+#[global_allocator]
+static GLOBAL: Hakmem = Hakmem;
+
+fn rss_bytes() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let resident: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    resident * 4096
+}
+
+#[test]
+fn many_short_lived_threads_keep_a_bounded_footprint() {
+    const THREADS: usize = 100_000;
+    const BATCH: usize = 8;
+    let mut kept: Vec<usize> = Vec::new();
+    let mut baseline = 0;
+    for i in 0..THREADS / BATCH {
+        let handles: Vec<_> = (0..BATCH)
+            .map(|j| {
+                std::thread::spawn(move || {
+                    // Some garbage freed locally, one block left for main to free.
+                    let v: Vec<Vec<u8>> = (0..20).map(|k| vec![k as u8; 16 + (j * 97 + k * 13) % 2000]).collect();
+                    drop(v);
+                    let p = hakmem_core::malloc(64 + j * 8);
+                    // SAFETY: p is a live 64+ byte block.
+                    unsafe { *p = 1 };
+                    p as usize
+                })
+            })
+            .collect();
+        for h in handles {
+            kept.push(h.join().unwrap());
+        }
+        if kept.len() > 1000 {
+            for p in kept.drain(..) {
+                // SAFETY: p is a live block whose thread has exited.
+                unsafe { hakmem_core::free(p as *mut u8) };
+            }
+        }
+        if i == 100 {
+            baseline = rss_bytes();
+        }
+    }
+    let rss = rss_bytes();
+    assert!(
+        rss < baseline + (64 << 20),
+        "rss grew from {} to {} MiB",
+        baseline >> 20,
+        rss >> 20
+    );
+    assert!(
+        hakmem_core::abandoned_count() < 64,
+        "abandoned {}",
+        hakmem_core::abandoned_count()
+    );
+}

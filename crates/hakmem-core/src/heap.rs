@@ -462,7 +462,7 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
     // SAFETY: the caller guarantees p is a live hakmem block in seg.
     unsafe {
         if (*seg).kind == segment::SegmentKind::Huge {
-            segment::huge_free(seg);
+            segment::huge_free(seg, p);
             return;
         }
         let page = (*seg).page_of(p);

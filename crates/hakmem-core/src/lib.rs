@@ -118,10 +118,10 @@ fn alloc_generic(size: usize, align: usize) -> (*mut u8, bool) {
             // SAFETY: thread::heap() is this thread's heap.
             Some(c) if align > MIN_ALIGN => (unsafe { heap::alloc(thread::heap(), c) }, false),
             _ if size <= LARGE_SIZE_MAX => heap::alloc_large(size),
-            _ => (segment::huge_alloc(size, align), true),
+            _ => segment::huge_alloc(size, align),
         }
     } else {
-        (segment::huge_alloc(size, align), true)
+        segment::huge_alloc(size, align)
     };
     if p.is_null() {
         os::set_errno(libc::ENOMEM);

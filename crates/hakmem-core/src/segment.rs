@@ -370,19 +370,112 @@ fn huge_offset(align: usize) -> usize {
     align.clamp(PAGE_SIZE, SEGMENT_SIZE)
 }
 
-/// Maps a dedicated segment for a block of `size` bytes aligned to `align`
-/// (a power of two). Returns null when the OS refuses or the size overflows.
-pub(crate) fn huge_alloc(size: usize, align: usize) -> *mut u8 {
+/// Huge mappings kept for reuse after free, so that a program cycling
+/// through multi-MiB buffers does not mmap/munmap per allocation.
+const HUGE_CACHE_SLOTS: usize = 64;
+/// Bytes the huge cache may hold at most.
+const HUGE_CACHE_BYTES_MAX: usize = 256 << 20;
+
+struct HugeCache {
+    lock: SpinLock,
+    slots: UnsafeCell<[*mut Segment; HUGE_CACHE_SLOTS]>,
+    bytes: UnsafeCell<usize>,
+}
+
+// SAFETY: slots and bytes are only accessed with `lock` held.
+unsafe impl Sync for HugeCache {}
+
+static HUGE_CACHE: HugeCache = HugeCache {
+    lock: SpinLock::new(),
+    slots: UnsafeCell::new([ptr::null_mut(); HUGE_CACHE_SLOTS]),
+    bytes: UnsafeCell::new(0),
+};
+
+/// Rounds a huge mapping size up to one of four steps per power of two, so
+/// freed mappings are reused by requests of similar size (at most 25 %
+/// virtual overhead; untouched tails cost no memory).
+fn huge_mapping_size(total: usize) -> Option<usize> {
+    if total <= SEGMENT_SIZE {
+        return Some(SEGMENT_SIZE);
+    }
+    let b = usize::BITS - 1 - (total - 1).leading_zeros();
+    let step = 1usize << (b - 2);
+    total.checked_add(step - 1).map(|t| t & !(step - 1))
+}
+
+fn huge_cache_take(mapping_size: usize) -> *mut Segment {
+    HUGE_CACHE.lock.lock();
+    let mut found = ptr::null_mut();
+    // SAFETY: the lock is held; cached segments are unused huge segments.
+    unsafe {
+        for slot in (*HUGE_CACHE.slots.get()).iter_mut() {
+            if !slot.is_null() && (**slot).mapping_size == mapping_size {
+                found = *slot;
+                *slot = ptr::null_mut();
+                *HUGE_CACHE.bytes.get() -= mapping_size;
+                break;
+            }
+        }
+    }
+    HUGE_CACHE.lock.unlock();
+    found
+}
+
+/// Keeps `segment` for reuse; returns the segment to unmap instead (the
+/// one given, or the largest older one it displaced), or null.
+fn huge_cache_put(segment: *mut Segment) -> *mut Segment {
+    HUGE_CACHE.lock.lock();
+    // SAFETY: the lock is held; segment and the cached segments are unused
+    // huge segments.
+    let victim = unsafe {
+        let size = (*segment).mapping_size;
+        let slots = &mut *HUGE_CACHE.slots.get();
+        let bytes = &mut *HUGE_CACHE.bytes.get();
+        let free_slot = slots.iter().position(|s| s.is_null());
+        let largest = (0..HUGE_CACHE_SLOTS)
+            .filter(|&i| !slots[i].is_null())
+            .max_by_key(|&i| (*slots[i]).mapping_size);
+        match (free_slot, largest) {
+            (Some(i), _) if *bytes + size <= HUGE_CACHE_BYTES_MAX => {
+                slots[i] = segment;
+                *bytes += size;
+                ptr::null_mut()
+            }
+            (_, Some(i)) if *bytes - (*slots[i]).mapping_size + size <= HUGE_CACHE_BYTES_MAX => {
+                let old = slots[i];
+                *bytes = *bytes - (*old).mapping_size + size;
+                slots[i] = segment;
+                old
+            }
+            _ => segment,
+        }
+    };
+    HUGE_CACHE.lock.unlock();
+    victim
+}
+
+/// A dedicated segment for a block of `size` bytes aligned to `align` (a
+/// power of two): reused from the huge cache or freshly mapped. Returns the
+/// block (null when the OS refuses or the size overflows) and whether it is
+/// known to be zeroed.
+pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     let offset = huge_offset(align);
     let Some(total) = size
         .checked_add(offset)
         .and_then(|t| t.checked_add(os::OS_PAGE_SIZE - 1))
         .map(|t| t & !(os::OS_PAGE_SIZE - 1))
+        .and_then(huge_mapping_size)
     else {
-        return ptr::null_mut();
+        return (ptr::null_mut(), false);
     };
     if total > isize::MAX as usize {
-        return ptr::null_mut();
+        return (ptr::null_mut(), false);
+    }
+    if offset == PAGE_SIZE {
+        let cached = huge_cache_take(total);
+        if !cached.is_null() {
+            return ((cached as usize + offset) as *mut u8, false);
+        }
     }
     // The header must be 2 MiB-aligned; for alignments above 2 MiB the block
     // (at header + 2 MiB) carries the alignment.
@@ -392,7 +485,7 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> *mut u8 {
         os::map_aligned(total, SEGMENT_SIZE, 0)
     } as *mut Segment;
     if segment.is_null() {
-        return ptr::null_mut();
+        return (ptr::null_mut(), false);
     }
     // SAFETY: segment is a fresh, zeroed mapping of `total >= PAGE_SIZE` bytes.
     unsafe {
@@ -400,7 +493,7 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> *mut u8 {
         (*segment).mapping_size = total;
     }
     map_set(segment, true);
-    (segment as usize + offset) as *mut u8
+    ((segment as usize + offset) as *mut u8, true)
 }
 
 /// Usable bytes of huge block `p` in `segment`.
@@ -412,14 +505,22 @@ pub(crate) unsafe fn huge_usable_size(segment: *const Segment, p: *const u8) -> 
     unsafe { segment as usize + (*segment).mapping_size - p as usize }
 }
 
-/// Unmaps huge `segment`.
+/// Frees huge block `p` of `segment`: into the huge cache when its layout
+/// is the common one, else (or when it displaces an older entry) unmapped.
 ///
 /// # Safety
-/// `segment` must be a live huge segment whose block is no longer used.
-pub(crate) unsafe fn huge_free(segment: *mut Segment) {
-    map_set(segment, false);
-    // SAFETY: the caller guarantees segment is a live huge segment.
-    unsafe { os::unmap(segment as *mut u8, (*segment).mapping_size) };
+/// `segment` must be the live huge segment of block `p`, no longer used.
+pub(crate) unsafe fn huge_free(segment: *mut Segment, p: *const u8) {
+    let victim = if p as usize == segment as usize + PAGE_SIZE {
+        huge_cache_put(segment)
+    } else {
+        segment
+    };
+    if !victim.is_null() {
+        map_set(victim, false);
+        // SAFETY: victim is an unused huge segment no list refers to.
+        unsafe { os::unmap(victim as *mut u8, (*victim).mapping_size) };
+    }
 }
 
 #[cfg(test)]
@@ -473,7 +574,7 @@ mod tests {
     fn huge_blocks_find_their_header_at_every_alignment() {
         let mut align = 16;
         while align <= 8 << 20 {
-            let p = huge_alloc(3 << 20, align);
+            let (p, _) = huge_alloc(3 << 20, align);
             assert!(!p.is_null());
             assert_eq!(p as usize % align, 0, "align {align}");
             let s = segment_of(p);
@@ -483,11 +584,34 @@ mod tests {
                 assert_eq!((*s).kind, SegmentKind::Huge);
                 assert!(huge_usable_size(s, p) >= 3 << 20);
                 *p.add((3 << 20) - 1) = 7;
-                huge_free(s);
+                huge_free(s, p);
             }
-            assert!(!is_segment(s));
             align *= 4;
         }
+    }
+
+    #[test]
+    fn huge_mappings_are_reused_by_similar_sizes() {
+        let (p, zero) = huge_alloc(5 << 20, 16);
+        assert!(zero);
+        // SAFETY: p is a live huge block of 5 MiB.
+        unsafe { huge_free(segment_of(p), p) };
+        let (q, zero) = huge_alloc((5 << 20) - 1000, 16);
+        assert_eq!(p, q, "the freed mapping is reused");
+        assert!(!zero);
+        // SAFETY: q is a live huge block.
+        unsafe { huge_free(segment_of(q), q) };
+    }
+
+    #[test]
+    fn huge_mapping_sizes_have_four_steps_per_doubling() {
+        assert_eq!(huge_mapping_size(1), Some(SEGMENT_SIZE));
+        assert_eq!(
+            huge_mapping_size(SEGMENT_SIZE + 1),
+            Some(SEGMENT_SIZE + SEGMENT_SIZE / 4)
+        );
+        assert_eq!(huge_mapping_size(4 << 20), Some(4 << 20));
+        assert_eq!(huge_mapping_size((4 << 20) + 1), Some(5 << 20));
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub(crate) struct Heap {
     queues: [PageQueue; CLASS_COUNT],
     /// Owned normal segments (doubly linked through `Segment::next/prev`).
     segments: *mut Segment,
+    /// Earliest purge deadline among our segments (ms; 0 = none).
+    purge_at_ms: u64,
+    /// Slow-path calls, to look at the clock only every `PURGE_CHECK_INTERVAL`.
+    slow_ticks: u32,
     /// Next heap in the pool's free list.
     pool_next: *mut Heap,
 }
@@ -73,8 +77,13 @@ pub(crate) static EMPTY_HEAP: ReadOnlyStatic<Heap> = ReadOnlyStatic(UnsafeCell::
         last: ptr::null_mut(),
     }; CLASS_COUNT],
     segments: ptr::null_mut(),
+    purge_at_ms: 0,
+    slow_ticks: 0,
     pool_next: ptr::null_mut(),
 }));
+
+/// Slow-path calls between two looks at the clock while a purge is pending.
+const PURGE_CHECK_INTERVAL: u32 = 8;
 
 /// Allocates a block of `class` from `heap`.
 ///
@@ -128,6 +137,12 @@ unsafe fn alloc_slow(heap: *mut Heap, class: usize) -> *mut u8 {
     unsafe {
         if (*heap).notified.load(Ordering::Relaxed) {
             process_notified(heap);
+        }
+        if (*heap).purge_at_ms != 0 || segment::global_purge_pending() {
+            (*heap).slow_ticks = (*heap).slow_ticks.wrapping_add(1);
+            if (*heap).slow_ticks % PURGE_CHECK_INTERVAL == 0 {
+                maybe_purge(heap);
+            }
         }
         let page = find_page(heap, class);
         if page.is_null() {
@@ -331,6 +346,10 @@ unsafe fn reclaim(heap: *mut Heap, seg: *mut Segment) {
         // SeqCst: see `Segment::notify`; bits set before this swap are
         // covered by the full pass below, later ones notify this heap.
         (*seg).notify_bits.swap(0, Ordering::SeqCst);
+        let at = (*seg).purge_at_ms;
+        if at != 0 && ((*heap).purge_at_ms == 0 || at < (*heap).purge_at_ms) {
+            (*heap).purge_at_ms = at;
+        }
         for i in 1..PAGES_PER_SEGMENT {
             let page = &mut (*seg).pages[i] as *mut Page;
             if !(*page).in_use {
@@ -356,7 +375,7 @@ unsafe fn settle(heap: *mut Heap, seg: *mut Segment, page: *mut Page) {
     unsafe {
         loop {
             if (*page).used == 0 {
-                release_span(seg, page);
+                release_page(heap, seg, page);
                 return;
             }
             let large = (*page).class == LARGE_CLASS;
@@ -422,7 +441,9 @@ unsafe fn maybe_free_segment(heap: *mut Heap, seg: *mut Segment) {
     }
 }
 
-unsafe fn release_span(seg: *mut Segment, page: *mut Page) {
+/// Returns a page's span to its segment and schedules it for purging.
+/// Returns the segment's purge deadline (0 = none).
+unsafe fn release_span(seg: *mut Segment, page: *mut Page) -> u64 {
     // SAFETY: page is an in-use span head of seg, owned by the caller.
     unsafe {
         (*page).in_use = false;
@@ -430,9 +451,93 @@ unsafe fn release_span(seg: *mut Segment, page: *mut Page) {
         (*page).free = ptr::null_mut();
         (*page).local_free = ptr::null_mut();
         let first = (*seg).page_index(page);
-        (*seg).return_span(first, (*page).units as usize);
+        let units = (*page).units as usize;
+        (*seg).return_span(first, units);
         (*seg).used_pages -= 1;
+        (*seg).schedule_purge(first, units)
     }
+}
+
+/// Releases `page`'s span on behalf of `heap` and notes the purge deadline.
+unsafe fn release_page(heap: *mut Heap, seg: *mut Segment, page: *mut Page) {
+    // SAFETY: forwarded from the caller: page is an in-use page of seg owned by heap.
+    unsafe {
+        let at = release_span(seg, page);
+        if at != 0 && ((*heap).purge_at_ms == 0 || at < (*heap).purge_at_ms) {
+            (*heap).purge_at_ms = at;
+        }
+    }
+}
+
+/// Purges our segments' due pages and the global caches' due entries.
+#[cold]
+#[inline(never)]
+unsafe fn maybe_purge(heap: *mut Heap) {
+    let now = os::now_ms();
+    // SAFETY: heap is the caller's own heap.
+    unsafe {
+        if (*heap).purge_at_ms != 0 && now >= (*heap).purge_at_ms {
+            heap_purge(heap, now, false);
+        }
+    }
+    if segment::global_purge_due(now) {
+        segment::purge_global(now, false);
+    }
+}
+
+/// Purges the pending pages of our segments that are due (all when `force`).
+unsafe fn heap_purge(heap: *mut Heap, now: u64, force: bool) {
+    // SAFETY: heap is the caller's own heap; its segments are owned by it.
+    unsafe {
+        let mut next = 0u64;
+        let mut seg = (*heap).segments;
+        while !seg.is_null() {
+            if (*seg).purge_units != 0 {
+                if force || (*seg).purge_at_ms <= now {
+                    (*seg).purge_pending();
+                } else if next == 0 || (*seg).purge_at_ms < next {
+                    next = (*seg).purge_at_ms;
+                }
+            }
+            seg = (*seg).next;
+        }
+        (*heap).purge_at_ms = next;
+    }
+}
+
+/// Collects the calling thread's heap: takes in remote frees, gives back
+/// empty pages (with `force`, also the ones kept to avoid churn), and purges
+/// what is due (with `force`, everything free, also in the global caches).
+pub(crate) fn collect(force: bool) {
+    let heap = thread::heap();
+    let now = os::now_ms();
+    if heap != EMPTY_HEAP.get() {
+        // SAFETY: heap is this thread's heap.
+        unsafe {
+            process_notified(heap);
+            for class in 0..CLASS_COUNT {
+                let mut page = (*heap).queues[class].first;
+                while !page.is_null() {
+                    let next = (*page).next;
+                    if (*page).free.is_null() {
+                        (*page).collect();
+                    } else {
+                        (*page).collect_remote();
+                    }
+                    let only = (*heap).queues[class].first == page && next.is_null();
+                    if (*page).used == 0 && (force || !only) {
+                        let seg = segment::segment_of((*page).start.add(1));
+                        queue_remove(heap, page);
+                        release_page(heap, seg, page);
+                        maybe_free_segment(heap, seg);
+                    }
+                    page = next;
+                }
+            }
+            heap_purge(heap, now, force);
+        }
+    }
+    segment::purge_global(now, force);
 }
 
 /// The owner freed the last used block of a queued page.
@@ -446,7 +551,7 @@ pub(crate) unsafe fn page_retire(heap: *mut Heap, seg: *mut Segment, page: *mut 
             return; // the class's only page: keep it to avoid churn
         }
         queue_remove(heap, page);
-        release_span(seg, page);
+        release_page(heap, seg, page);
         maybe_free_segment(heap, seg);
     }
 }
@@ -649,6 +754,9 @@ pub(crate) unsafe fn heap_abandon(heap: *mut Heap) {
                 }
                 if (*page).used == 0 {
                     release_span(seg, page);
+                }
+                if (*seg).used_pages == 0 {
+                    break;
                 }
             }
             if (*seg).used_pages == 0 {

@@ -21,6 +21,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod class;
+mod config;
 mod heap;
 mod os;
 mod page;
@@ -32,6 +33,7 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::ptr;
 
 pub use class::{MEDIUM_SIZE_MAX, SMALL_SIZE_MAX};
+pub use config::{config, Config, OnError, DEFAULT_PURGE_DELAY_MS};
 pub use os::{os_counters, OsCounters};
 pub use segment::{abandoned_count, cached_count, LARGE_SIZE_MAX, PAGE_SIZE, SEGMENT_SIZE};
 
@@ -222,6 +224,15 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
     if new_size <= usable && new_size >= usable / 2 {
         return p;
     }
+    let seg = segment_of(p);
+    // SAFETY: p is a live hakmem block, so seg is its header.
+    if unsafe { (*seg).kind } == SegmentKind::Huge && new_size > LARGE_SIZE_MAX && align <= PAGE_SIZE {
+        // SAFETY: p is the caller's live huge block.
+        let q = unsafe { segment::huge_realloc(seg, p, new_size) };
+        if !q.is_null() {
+            return q;
+        }
+    }
     let q = alloc(new_size, align);
     if !q.is_null() {
         // SAFETY: both blocks are live and disjoint; p has `usable` bytes
@@ -232,6 +243,14 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
         }
     }
     q
+}
+
+/// Returns free memory: collects the calling thread's heap (remote frees,
+/// empty pages) and purges what is due — with `force`, purges everything
+/// free now, in this thread's heap and in the global caches. This is
+/// `malloc_trim(0)` and `hakmem_collect(force)` in the C API.
+pub fn collect(force: bool) {
+    heap::collect(force)
 }
 
 /// The calling thread's `errno` (for tests and the C shim).

@@ -127,6 +127,94 @@ pub(crate) fn map_aligned(size: usize, align: usize, offset: usize) -> *mut u8 {
     start as *mut u8
 }
 
+/// Gives the pages of `[p, p + size)` back to the OS (`MADV_DONTNEED`): the
+/// range stays mapped and reads as zero when touched again. Resident memory
+/// drops at once (unlike `MADV_FREE`, which waits for memory pressure and so
+/// leaves RSS high in every measurement a user makes).
+///
+/// # Safety
+/// The range must be mapped by this module and hold no live data.
+pub(crate) unsafe fn purge(p: *mut u8, size: usize) {
+    if size == 0 {
+        return;
+    }
+    let _keep = KeepErrno::new();
+    MADVISE_CALLS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the caller guarantees the range is ours and unused.
+    unsafe { libc::madvise(p.cast(), size, libc::MADV_DONTNEED) };
+}
+
+/// Asks for (or against) transparent huge pages on a fresh mapping.
+pub(crate) fn advise_huge_pages(p: *mut u8, size: usize, on: bool) {
+    let _keep = KeepErrno::new();
+    MADVISE_CALLS.fetch_add(1, Ordering::Relaxed);
+    let advice = if on { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
+    // SAFETY: advice only; the range is a mapping of ours.
+    unsafe { libc::madvise(p.cast(), size, advice) };
+}
+
+/// Moves/resizes mapping `[p, p + old)` to `[to, to + new)` without copying
+/// (`to` is a mapping of `new` bytes it replaces). Returns success.
+///
+/// # Safety
+/// Both ranges must be mappings of this module; `[p, p + old)` must not be
+/// used by anyone else during the call.
+pub(crate) unsafe fn remap_to(p: *mut u8, old: usize, new: usize, to: *mut u8) -> bool {
+    let _keep = KeepErrno::new();
+    MREMAP_CALLS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the caller guarantees both ranges are ours; MREMAP_FIXED
+    // replaces the mapping at `to` atomically.
+    let r = unsafe {
+        libc::mremap(
+            p.cast(),
+            old,
+            new,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            to as *mut libc::c_void,
+        )
+    };
+    r != libc::MAP_FAILED
+}
+
+/// Resizes mapping `[p, p + old)` in place to `new` bytes. Returns success.
+///
+/// # Safety
+/// `[p, p + old)` must be a mapping of this module; when shrinking, the tail
+/// must hold no live data.
+pub(crate) unsafe fn remap_in_place(p: *mut u8, old: usize, new: usize) -> bool {
+    let _keep = KeepErrno::new();
+    MREMAP_CALLS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the caller guarantees the range is ours; without MAYMOVE the
+    // mapping either resizes where it is or fails.
+    unsafe { libc::mremap(p.cast(), old, new, 0) != libc::MAP_FAILED }
+}
+
+/// Milliseconds of a monotonic clock (vDSO: no system call).
+pub(crate) fn now_ms() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+/// Whether the system backs every anonymous mapping with transparent huge
+/// pages (`/sys/kernel/mm/transparent_hugepage/enabled` is `[always]`).
+pub(crate) fn thp_always() -> bool {
+    let path = c"/sys/kernel/mm/transparent_hugepage/enabled";
+    let _keep = KeepErrno::new();
+    // SAFETY: path is NUL-terminated; the buffer is valid for its length.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let mut buf = [0u8; 64];
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n > 8 && buf.starts_with(b"[always]")
+    }
+}
+
 /// Writes `bytes` to stderr, ignoring errors (used for diagnostics only).
 pub(crate) fn write_stderr(bytes: &[u8]) {
     let _keep = KeepErrno::new();
@@ -152,7 +240,7 @@ pub(crate) fn abort() -> ! {
 #[inline(never)]
 pub(crate) fn fatal_pointer(function: &str, reason: &str, p: *const u8) -> ! {
     let mut buf = [0u8; 256];
-    let mut w = Writer { buf: &mut buf, len: 0 };
+    let mut w = Writer::new(&mut buf);
     w.push(b"hakmem: ");
     w.push(function.as_bytes());
     w.push(b"(): ");
@@ -165,19 +253,49 @@ pub(crate) fn fatal_pointer(function: &str, reason: &str, p: *const u8) -> ! {
     abort()
 }
 
-struct Writer<'a> {
+/// Formats into a fixed buffer without allocating (for diagnostics).
+pub(crate) struct Writer<'a> {
     buf: &'a mut [u8],
     len: usize,
 }
 
-impl Writer<'_> {
-    fn push(&mut self, bytes: &[u8]) {
+impl<'a> Writer<'a> {
+    pub(crate) fn new(buf: &'a mut [u8]) -> Self {
+        Self { buf, len: 0 }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn push_u64(&mut self, mut value: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (value % 10) as u8;
+            value /= 10;
+            if value == 0 {
+                break;
+            }
+        }
+        self.push(&digits[i..]);
+    }
+
+    pub(crate) fn push_i64(&mut self, value: i64) {
+        if value < 0 {
+            self.push(b"-");
+        }
+        self.push_u64(value.unsigned_abs());
+    }
+
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
         let n = bytes.len().min(self.buf.len() - self.len);
         self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
         self.len += n;
     }
 
-    fn push_hex(&mut self, value: usize) {
+    pub(crate) fn push_hex(&mut self, value: usize) {
         let mut digits = [0u8; 18];
         digits[0] = b'0';
         digits[1] = b'x';

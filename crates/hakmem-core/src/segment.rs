@@ -11,10 +11,17 @@
 //! page start is 64 KiB-aligned (aligned allocation relies on this). The
 //! header's untouched tail is never faulted in.
 //!
-//! A *normal* segment belongs to one thread heap (`thread_id`), which carves
-//! spans of pages from it without locks. A *huge* segment is one dedicated
-//! mapping holding a single block; its `thread_id` is 0, so every free of it
-//! takes the slow path, from any thread.
+//! A *normal* segment belongs to one thread heap (`heap`), which carves
+//! spans of pages from it without locks; a free is local exactly when the
+//! segment's `heap` is the calling thread's heap. A *huge* segment is one
+//! dedicated mapping holding a single block; its `heap` is null, so every
+//! free of it takes the slow path, from any thread.
+//!
+//! Free memory goes back to the OS after `HAKMEM_PURGE_DELAY` ms: freed spans
+//! of an owned segment are marked in `purge_units` and purged by the owner's
+//! slow path once due (`purge_pending`); cached segments and cached huge
+//! mappings are purged by whichever thread's slow path finds the global
+//! deadline passed (`purge_global`).
 //!
 //! Also here: the segment map (one bit per 2 MiB of address space: "is this a
 //! hakmem segment header?", answered in O(1) without a system call), the
@@ -24,10 +31,11 @@
 //! span heads with `in_use`; a normal segment is in exactly one of: its
 //! owner heap's list, the abandoned list, the cache.
 
+use crate::config::config;
 use crate::heap::Heap;
 use crate::os;
 use crate::page::Page;
-use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, MapWord, Ordering, SpinLock};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, MapWord, Ordering, SpinLock};
 use core::cell::UnsafeCell;
 use core::ptr;
 
@@ -60,8 +68,6 @@ pub(crate) enum SegmentKind {
 
 #[repr(C)]
 pub(crate) struct Segment {
-    /// Owner's thread id; 0 when abandoned, cached or huge.
-    pub(crate) thread_id: AtomicUsize,
     /// Owner heap (null when not owned); read by remote frees to notify.
     pub(crate) heap: AtomicPtr<Heap>,
     /// Pages (by head index) whose parked-full state a remote free ended.
@@ -73,6 +79,11 @@ pub(crate) struct Segment {
     pub(crate) dirty_units: u32,
     /// Span heads in use. Owner only.
     pub(crate) used_pages: u32,
+    /// Free, dirty pages waiting to be purged. Owner only.
+    pub(crate) purge_units: u32,
+    /// When `purge_units` is due (ms, monotonic; 0 = nothing scheduled).
+    /// For cached segments and huge mappings: when the whole is due.
+    pub(crate) purge_at_ms: u64,
     /// Bytes mapped from the segment start (huge segments; `SEGMENT_SIZE` otherwise).
     pub(crate) mapping_size: usize,
     /// Links in the owner heap's list, the cache or the abandoned list.
@@ -126,6 +137,7 @@ impl Segment {
         let first = runs.trailing_zeros() as usize;
         let mask = span_mask(first, units);
         self.free_units &= !mask;
+        self.purge_units &= !mask;
         Some(first)
     }
 
@@ -142,6 +154,39 @@ impl Segment {
         let mask = span_mask(first, units);
         debug_assert!(self.free_units & mask == 0);
         self.free_units |= mask;
+    }
+
+    /// Schedules the dirty pages of a freed span for purging; returns the
+    /// segment's purge deadline (0 when nothing is scheduled). Owner only.
+    pub(crate) fn schedule_purge(&mut self, first: usize, units: usize) -> u64 {
+        let delay = config().purge_delay_ms;
+        let mask = span_mask(first, units) & self.dirty_units;
+        if delay < 0 || mask == 0 {
+            return self.purge_at_ms;
+        }
+        self.purge_units |= mask;
+        if delay == 0 {
+            self.purge_pending();
+        } else if self.purge_at_ms == 0 {
+            self.purge_at_ms = os::now_ms() + delay as u64;
+        }
+        self.purge_at_ms
+    }
+
+    /// Gives the pending pages back to the OS now. Owner (or exclusive holder) only.
+    pub(crate) fn purge_pending(&mut self) {
+        let mut bits = self.purge_units & self.free_units;
+        while bits != 0 {
+            let start = bits.trailing_zeros() as usize;
+            let len = (bits >> start).trailing_ones() as usize;
+            // SAFETY: pages start..start+len are free pages of this segment:
+            // mapped, and holding no live block.
+            unsafe { os::purge(self.page_start(start), len * PAGE_SIZE) };
+            bits &= !span_mask(start, len);
+        }
+        self.dirty_units &= !(self.purge_units & self.free_units);
+        self.purge_units = 0;
+        self.purge_at_ms = 0;
     }
 
     /// Tells the owner that `page`'s parked-full state ended (any thread).
@@ -162,7 +207,6 @@ impl Segment {
 
     /// Resets the header of a segment that is about to be (re)used as normal.
     fn init_normal(&mut self, fresh: bool) {
-        self.thread_id.store(0, Ordering::Relaxed);
         self.heap.store(ptr::null_mut(), Ordering::Relaxed);
         self.notify_bits.store(0, Ordering::Relaxed);
         self.kind = SegmentKind::Normal;
@@ -171,6 +215,8 @@ impl Segment {
             self.dirty_units = 0;
         }
         self.used_pages = 0;
+        self.purge_units = 0;
+        self.purge_at_ms = 0;
         self.mapping_size = SEGMENT_SIZE;
         self.next = ptr::null_mut();
         self.prev = ptr::null_mut();
@@ -304,29 +350,115 @@ pub(crate) fn segment_alloc() -> *mut Segment {
     if p.is_null() {
         return p;
     }
+    advise_thp(p as *mut u8, SEGMENT_SIZE);
     // SAFETY: p is a fresh, zeroed, exclusive 2 MiB mapping.
     unsafe { (*p).init_normal(true) };
     map_set(p, true);
     p
 }
 
-/// Gives back an empty, unowned normal segment: to the cache, or to the OS
-/// when the cache is full. (Purging cached segments belongs to the purge
-/// policy: see docs/DESIGN.md.)
+/// Transparent huge pages: on when asked (`HAKMEM_THP=1`); otherwise opted
+/// out where the system would force them (a 2 MiB-aligned segment would get
+/// a huge page on first touch, multiplying RSS for small heaps).
+fn advise_thp(p: *mut u8, size: usize) {
+    let cfg = config();
+    if cfg.thp {
+        os::advise_huge_pages(p, size, true);
+    } else if cfg.system_thp_always {
+        os::advise_huge_pages(p, size, false);
+    }
+}
+
+/// Gives back an empty, unowned normal segment: to the cache (purged after
+/// the delay), or to the OS when the cache is full.
 ///
 /// # Safety
 /// `segment` must be an empty normal segment no heap or list refers to.
 pub(crate) unsafe fn segment_free(segment: *mut Segment) {
     // SAFETY: the caller guarantees exclusivity.
-    unsafe {
+    let deadline = unsafe {
         debug_assert_eq!((*segment).used_pages, 0);
-        (*segment).thread_id.store(0, Ordering::Relaxed);
         (*segment).heap.store(ptr::null_mut(), Ordering::Relaxed);
-    }
+        let seg = &mut *segment;
+        seg.schedule_purge(1, PAGES_PER_SEGMENT - 1)
+    };
     if !SEGMENT_CACHE.push(segment, SEGMENT_CACHE_MAX) {
         map_set(segment, false);
         // SAFETY: the segment is unreferenced and was mapped with this size.
         unsafe { os::unmap(segment as *mut u8, SEGMENT_SIZE) };
+    } else if deadline != 0 {
+        GLOBAL_PURGE_AT.fetch_min(deadline, Ordering::Relaxed);
+    }
+}
+
+/// Earliest deadline of a cached segment or huge mapping awaiting purge
+/// (`u64::MAX` = none). A hint: checked cheaply by slow paths.
+static GLOBAL_PURGE_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Whether some cached memory may be due for purging at `now`.
+#[inline]
+pub(crate) fn global_purge_due(now: u64) -> bool {
+    now >= GLOBAL_PURGE_AT.load(Ordering::Relaxed)
+}
+
+/// Whether any cached memory awaits purging.
+#[inline]
+pub(crate) fn global_purge_pending() -> bool {
+    GLOBAL_PURGE_AT.load(Ordering::Relaxed) != u64::MAX
+}
+
+/// Purges cached segments and huge mappings that are due at `now` (all of
+/// them when `force`). One thread at a time does the pass; entries are
+/// taken off their list for the system calls so no lock is held across them.
+pub(crate) fn purge_global(now: u64, force: bool) {
+    let due = GLOBAL_PURGE_AT.load(Ordering::Relaxed);
+    if !force && now < due {
+        return;
+    }
+    // Claim the pass (a concurrent caller sees MAX and leaves).
+    if !force
+        && GLOBAL_PURGE_AT
+            .compare_exchange(due, u64::MAX, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    if force {
+        GLOBAL_PURGE_AT.store(u64::MAX, Ordering::Relaxed);
+    }
+    let mut next = u64::MAX;
+    // Cached segments: take them all, purge the due ones, put them back.
+    let mut taken: *mut Segment = ptr::null_mut();
+    loop {
+        let seg = SEGMENT_CACHE.pop();
+        if seg.is_null() {
+            break;
+        }
+        // SAFETY: a popped cached segment is exclusively ours.
+        unsafe { (*seg).next = taken };
+        taken = seg;
+    }
+    while !taken.is_null() {
+        // SAFETY: taken is a cached segment exclusively ours (popped above).
+        unsafe {
+            let seg = taken;
+            taken = (*seg).next;
+            if (*seg).purge_units != 0 {
+                if force || (*seg).purge_at_ms <= now {
+                    (*seg).purge_pending();
+                } else {
+                    next = next.min((*seg).purge_at_ms);
+                }
+            }
+            if !SEGMENT_CACHE.push(seg, SEGMENT_CACHE_MAX) {
+                map_set(seg, false);
+                os::unmap(seg as *mut u8, SEGMENT_SIZE);
+            }
+        }
+    }
+    next = next.min(purge_huge_cache(now, force));
+    if next != u64::MAX {
+        GLOBAL_PURGE_AT.fetch_min(next, Ordering::Relaxed);
     }
 }
 
@@ -474,7 +606,9 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     if offset == PAGE_SIZE {
         let cached = huge_cache_take(total);
         if !cached.is_null() {
-            return ((cached as usize + offset) as *mut u8, false);
+            // SAFETY: a segment taken from the huge cache is exclusively ours.
+            let zero = unsafe { (*cached).dirty_units == 0 };
+            return ((cached as usize + offset) as *mut u8, zero);
         }
     }
     // The header must be 2 MiB-aligned; for alignments above 2 MiB the block
@@ -487,6 +621,7 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     if segment.is_null() {
         return (ptr::null_mut(), false);
     }
+    advise_thp(segment as *mut u8, total);
     // SAFETY: segment is a fresh, zeroed mapping of `total >= PAGE_SIZE` bytes.
     unsafe {
         (*segment).kind = SegmentKind::Huge;
@@ -494,6 +629,96 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     }
     map_set(segment, true);
     ((segment as usize + offset) as *mut u8, true)
+}
+
+/// Purges the huge mappings in the cache that are due (all when `force`);
+/// returns the earliest remaining deadline (`u64::MAX` when none).
+fn purge_huge_cache(now: u64, force: bool) -> u64 {
+    let mut due = [ptr::null_mut::<Segment>(); HUGE_CACHE_SLOTS];
+    let mut next = u64::MAX;
+    HUGE_CACHE.lock.lock();
+    // SAFETY: the lock is held; cached segments are unused huge segments.
+    unsafe {
+        for (slot, d) in (*HUGE_CACHE.slots.get()).iter_mut().zip(due.iter_mut()) {
+            let s = *slot;
+            if s.is_null() || (*s).dirty_units == 0 || (*s).purge_at_ms == 0 {
+                continue;
+            }
+            if force || (*s).purge_at_ms <= now {
+                *d = s;
+                *slot = ptr::null_mut();
+                *HUGE_CACHE.bytes.get() -= (*s).mapping_size;
+            } else {
+                next = next.min((*s).purge_at_ms);
+            }
+        }
+    }
+    HUGE_CACHE.lock.unlock();
+    for &s in due.iter().filter(|s| !s.is_null()) {
+        // SAFETY: s was taken off the cache above: exclusively ours; its
+        // block area holds no live data.
+        unsafe {
+            os::purge((s as *mut u8).add(PAGE_SIZE), (*s).mapping_size - PAGE_SIZE);
+            (*s).dirty_units = 0;
+            (*s).purge_at_ms = 0;
+        }
+        let victim = huge_cache_put(s);
+        if !victim.is_null() {
+            map_set(victim, false);
+            // SAFETY: victim is an unused huge segment no list refers to.
+            unsafe { os::unmap(victim as *mut u8, (*victim).mapping_size) };
+        }
+    }
+    next
+}
+
+/// Resizes huge block `p` (at the common offset) to hold `new_size` bytes
+/// without copying: in place when the mapping can shrink or grow where it
+/// is, else moved page tables and all (`mremap`) to a fresh aligned range.
+/// Returns the block's new address, or null when it cannot (the block is
+/// then untouched and the caller copies).
+///
+/// # Safety
+/// `segment` must be the live huge segment of block `p`, used by the caller only.
+pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: usize) -> *mut u8 {
+    if p as usize != segment as usize + PAGE_SIZE {
+        return ptr::null_mut();
+    }
+    let Some(new_total) = new_size
+        .checked_add(PAGE_SIZE + os::OS_PAGE_SIZE - 1)
+        .map(|t| t & !(os::OS_PAGE_SIZE - 1))
+        .and_then(huge_mapping_size)
+    else {
+        return ptr::null_mut();
+    };
+    // SAFETY: the caller guarantees segment is live and ours.
+    let old_total = unsafe { (*segment).mapping_size };
+    if new_total == old_total {
+        return p;
+    }
+    // SAFETY: shrinking drops only the tail beyond the new size, which the
+    // caller no longer needs; growing in place only adds fresh pages.
+    if unsafe { os::remap_in_place(segment as *mut u8, old_total, new_total) } {
+        // SAFETY: as above.
+        unsafe { (*segment).mapping_size = new_total };
+        return p;
+    }
+    let target = os::map_aligned(new_total, SEGMENT_SIZE, 0);
+    if target.is_null() {
+        return ptr::null_mut();
+    }
+    // SAFETY: both ranges are ours; the block is used by the caller only.
+    if !unsafe { os::remap_to(segment as *mut u8, old_total, new_total, target) } {
+        // SAFETY: target was just mapped and is unused.
+        unsafe { os::unmap(target, new_total) };
+        return ptr::null_mut();
+    }
+    map_set(segment, false);
+    let moved = target as *mut Segment;
+    // SAFETY: the header moved with the mapping to `target`.
+    unsafe { (*moved).mapping_size = new_total };
+    map_set(moved, true);
+    (target as usize + PAGE_SIZE) as *mut u8
 }
 
 /// Usable bytes of huge block `p` in `segment`.
@@ -511,8 +736,19 @@ pub(crate) unsafe fn huge_usable_size(segment: *const Segment, p: *const u8) -> 
 /// # Safety
 /// `segment` must be the live huge segment of block `p`, no longer used.
 pub(crate) unsafe fn huge_free(segment: *mut Segment, p: *const u8) {
-    let victim = if p as usize == segment as usize + PAGE_SIZE {
-        huge_cache_put(segment)
+    let delay = config().purge_delay_ms;
+    let victim = if p as usize == segment as usize + PAGE_SIZE && delay != 0 {
+        // SAFETY: the caller guarantees segment is an unused huge segment.
+        unsafe {
+            (*segment).dirty_units = 1;
+            (*segment).purge_at_ms = if delay > 0 { os::now_ms() + delay as u64 } else { 0 };
+        }
+        let victim = huge_cache_put(segment);
+        if victim != segment && delay > 0 {
+            // SAFETY: as above; the deadline was just written.
+            GLOBAL_PURGE_AT.fetch_min(unsafe { (*segment).purge_at_ms }, Ordering::Relaxed);
+        }
+        victim
     } else {
         segment
     };
@@ -598,9 +834,52 @@ mod tests {
         unsafe { huge_free(segment_of(p), p) };
         let (q, zero) = huge_alloc((5 << 20) - 1000, 16);
         assert_eq!(p, q, "the freed mapping is reused");
-        assert!(!zero);
+        assert_eq!(zero, config().purge_delay_ms == 0);
         // SAFETY: q is a live huge block.
         unsafe { huge_free(segment_of(q), q) };
+    }
+
+    #[test]
+    fn huge_realloc_moves_without_copying() {
+        let (p, _) = huge_alloc(3 << 20, 16);
+        // SAFETY: p is a live huge block of 3 MiB; each step keeps it live.
+        unsafe {
+            *p.add(12345) = 42;
+            let before = os::os_counters();
+            let q = huge_realloc(segment_of(p), p, 40 << 20);
+            assert!(!q.is_null());
+            assert_eq!(*q.add(12345), 42);
+            assert!(os::os_counters().mremap > before.mremap);
+            assert!(is_segment(segment_of(q)));
+            *q.add((40 << 20) - 1) = 1;
+            let r = huge_realloc(segment_of(q), q, 3 << 20);
+            assert_eq!(r, q, "shrinking stays in place");
+            assert_eq!(*r.add(12345), 42);
+            assert!(huge_usable_size(segment_of(r), r) < 4 << 20);
+            huge_free(segment_of(r), r);
+        }
+    }
+
+    #[test]
+    fn freed_pages_are_purged_when_due() {
+        let s = segment_alloc();
+        // SAFETY: s is a fresh segment exclusively owned by this test.
+        unsafe {
+            let first = (*s).take_span(4).unwrap();
+            (*s).mark_dirty(first, 4);
+            core::ptr::write_bytes((*s).page_start(first), 1, 4 * PAGE_SIZE);
+            (*s).return_span(first, 4);
+            let before = os::os_counters().madvise;
+            (*s).schedule_purge(first, 4);
+            if config().purge_delay_ms > 0 {
+                assert_eq!((*s).purge_units.count_ones(), 4);
+                (*s).purge_pending();
+            }
+            assert!(os::os_counters().madvise > before);
+            assert_eq!((*s).dirty_units & (0b1111 << first), 0);
+            assert_eq!(*(*s).page_start(first), 0, "purged memory reads as zero");
+            segment_free(s);
+        }
     }
 
     #[test]

@@ -10,9 +10,9 @@
 //! a segment is mapped or unmapped. It uses [`MapWord`], always a core atomic.
 
 #[cfg(not(hakmem_loom))]
-pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(hakmem_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// A word of the segment map (never modelled by loom, see the module doc).
 pub(crate) type MapWord = core::sync::atomic::AtomicU64;

@@ -1,0 +1,229 @@
+//! `HAKMEM_*` environment variables, read once without allocating.
+//!
+//! Read from libc's `environ` (not `std::env`, which allocates) on first
+//! use, from any slow path. A misspelt `HAKMEM_` variable or a bad value gets
+//! one warning on stderr and the default is kept. docs/CONFIG.md lists them.
+
+use crate::os;
+use crate::sync::{AtomicUsize, Ordering};
+use core::cell::UnsafeCell;
+use core::ffi::{c_char, CStr};
+
+/// What to do when a bad pointer reaches `free`/`realloc`/`malloc_usable_size`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnError {
+    /// Print the `hakmem:` message and abort (default).
+    Abort,
+    /// Print the message and ignore the call (the block is leaked).
+    Warn,
+}
+
+/// The configuration in force.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// `HAKMEM_STATS=1`: print the statistics report at exit.
+    pub stats: bool,
+    /// `HAKMEM_VERBOSE=1`: print the configuration and notable events.
+    pub verbose: bool,
+    /// `HAKMEM_PURGE_DELAY`: milliseconds before free memory goes back to the
+    /// OS; 0 = immediately, negative = never.
+    pub purge_delay_ms: i64,
+    /// `HAKMEM_THP=1`: ask for transparent huge pages on segments.
+    pub thp: bool,
+    /// `HAKMEM_ON_ERROR=abort|warn`.
+    pub on_error: OnError,
+    /// Not a variable: whether the system applies THP to every mapping, in
+    /// which case hakmem opts its segments out unless `thp` is set.
+    pub system_thp_always: bool,
+}
+
+/// Default purge delay: long enough that a steady workload re-using its pages
+/// makes no madvise calls, short enough that a burst's memory is back within
+/// about a second (docs/BENCHMARKS.md has the measurement).
+pub const DEFAULT_PURGE_DELAY_MS: i64 = 250;
+
+const DEFAULT: Config = Config {
+    stats: false,
+    verbose: false,
+    purge_delay_ms: DEFAULT_PURGE_DELAY_MS,
+    thp: false,
+    on_error: OnError::Abort,
+    system_thp_always: false,
+};
+
+const KNOWN: &str = "HAKMEM_STATS, HAKMEM_VERBOSE, HAKMEM_PURGE_DELAY, HAKMEM_THP, HAKMEM_ON_ERROR";
+
+struct ConfigCell(UnsafeCell<Config>);
+
+// SAFETY: written once by the thread that wins STATE's CAS, before it
+// publishes READY with Release; read only after an Acquire load sees READY.
+unsafe impl Sync for ConfigCell {}
+
+static CONFIG: ConfigCell = ConfigCell(UnsafeCell::new(DEFAULT));
+static STATE: AtomicUsize = AtomicUsize::new(0);
+const READING: usize = 1;
+const READY: usize = 2;
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+/// The configuration (read from the environment on first call).
+pub fn config() -> &'static Config {
+    // Acquire: pairs with the Release store of READY below.
+    if STATE.load(Ordering::Acquire) != READY {
+        init();
+    }
+    // SAFETY: READY was observed, so CONFIG is fully written and never again.
+    unsafe { &*CONFIG.0.get() }
+}
+
+#[cold]
+fn init() {
+    if STATE
+        .compare_exchange(0, READING, Ordering::Acquire, Ordering::Acquire)
+        .is_ok()
+    {
+        let mut cfg = DEFAULT;
+        // SAFETY: environ is libc's NULL-terminated array of C strings; it is
+        // read before any thread of ours could modify the environment.
+        unsafe {
+            let mut e = environ;
+            while !e.is_null() && !(*e).is_null() {
+                apply(&mut cfg, CStr::from_ptr(*e).to_bytes());
+                e = e.add(1);
+            }
+        }
+        cfg.system_thp_always = os::thp_always();
+        // SAFETY: only the CAS winner writes, before publishing READY.
+        unsafe { *CONFIG.0.get() = cfg };
+        // Release: publishes CONFIG to the Acquire loads in `config`.
+        STATE.store(READY, Ordering::Release);
+        if cfg.verbose {
+            print_config(&cfg);
+        }
+    } else {
+        while STATE.load(Ordering::Acquire) != READY {
+            crate::sync::spin_hint();
+        }
+    }
+}
+
+/// Applies one `NAME=value` environment entry.
+fn apply(cfg: &mut Config, entry: &[u8]) {
+    if !entry.starts_with(b"HAKMEM_") {
+        return;
+    }
+    let (name, value) = match entry.iter().position(|&b| b == b'=') {
+        Some(i) => (&entry[..i], &entry[i + 1..]),
+        None => (entry, &b""[..]),
+    };
+    let ok = match name {
+        b"HAKMEM_STATS" => parse_bool(value).map(|v| cfg.stats = v),
+        b"HAKMEM_VERBOSE" => parse_bool(value).map(|v| cfg.verbose = v),
+        b"HAKMEM_THP" => parse_bool(value).map(|v| cfg.thp = v),
+        b"HAKMEM_PURGE_DELAY" => parse_i64(value).map(|v| cfg.purge_delay_ms = v.max(-1)),
+        b"HAKMEM_ON_ERROR" => match value {
+            b"abort" => Some(cfg.on_error = OnError::Abort),
+            b"warn" => Some(cfg.on_error = OnError::Warn),
+            _ => None,
+        },
+        _ => {
+            warn3(b"hakmem: unknown variable ", name, b" ignored (known: ");
+            os::write_stderr(KNOWN.as_bytes());
+            os::write_stderr(b")\n");
+            return;
+        }
+    };
+    if ok.is_none() {
+        warn3(b"hakmem: bad value for ", name, b": '");
+        os::write_stderr(value);
+        os::write_stderr(b"', default kept\n");
+    }
+}
+
+fn warn3(a: &[u8], b: &[u8], c: &[u8]) {
+    os::write_stderr(a);
+    os::write_stderr(b);
+    os::write_stderr(c);
+}
+
+fn parse_bool(v: &[u8]) -> Option<bool> {
+    match v {
+        b"1" | b"yes" | b"true" | b"on" => Some(true),
+        b"0" | b"no" | b"false" | b"off" | b"" => Some(false),
+        _ => None,
+    }
+}
+
+fn parse_i64(v: &[u8]) -> Option<i64> {
+    let (neg, digits) = match v.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, v),
+    };
+    if digits.is_empty() || digits.len() > 15 {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + (d - b'0') as i64;
+    }
+    Some(if neg { -n } else { n })
+}
+
+fn print_config(cfg: &Config) {
+    let mut buf = [0u8; 160];
+    let mut w = os::Writer::new(&mut buf);
+    w.push(b"hakmem: stats=");
+    w.push_u64(cfg.stats as u64);
+    w.push(b" purge_delay_ms=");
+    w.push_i64(cfg.purge_delay_ms);
+    w.push(b" thp=");
+    w.push_u64(cfg.thp as u64);
+    w.push(if cfg.on_error == OnError::Abort {
+        b" on_error=abort\n"
+    } else {
+        b" on_error=warn\n"
+    });
+    let n = w.len();
+    os::write_stderr(&buf[..n]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_parse_and_bad_ones_keep_the_default() {
+        let mut cfg = DEFAULT;
+        apply(&mut cfg, b"HAKMEM_PURGE_DELAY=1000");
+        assert_eq!(cfg.purge_delay_ms, 1000);
+        apply(&mut cfg, b"HAKMEM_PURGE_DELAY=-1");
+        assert_eq!(cfg.purge_delay_ms, -1);
+        apply(&mut cfg, b"HAKMEM_PURGE_DELAY=soon");
+        assert_eq!(cfg.purge_delay_ms, -1, "bad value keeps the previous one");
+        apply(&mut cfg, b"HAKMEM_STATS=1");
+        assert!(cfg.stats);
+        apply(&mut cfg, b"HAKMEM_THP=maybe");
+        assert!(!cfg.thp);
+        apply(&mut cfg, b"HAKMEM_ON_ERROR=warn");
+        assert_eq!(cfg.on_error, OnError::Warn);
+        apply(&mut cfg, b"HAKMEM_ON_ERROR=explode");
+        assert_eq!(cfg.on_error, OnError::Warn);
+        apply(&mut cfg, b"HAKMEM_STATZ=1");
+        apply(&mut cfg, b"PATH=/bin");
+        assert!(cfg.stats);
+    }
+
+    #[test]
+    fn integers_parse_strictly() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-5"), Some(-5));
+        assert_eq!(parse_i64(b""), None);
+        assert_eq!(parse_i64(b"12a"), None);
+        assert_eq!(parse_i64(b"99999999999999999999"), None);
+    }
+}

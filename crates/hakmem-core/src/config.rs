@@ -124,10 +124,11 @@ fn apply(cfg: &mut Config, entry: &[u8]) {
         b"HAKMEM_THP" => parse_bool(value).map(|v| cfg.thp = v),
         b"HAKMEM_PURGE_DELAY" => parse_i64(value).map(|v| cfg.purge_delay_ms = v.max(-1)),
         b"HAKMEM_ON_ERROR" => match value {
-            b"abort" => Some(cfg.on_error = OnError::Abort),
-            b"warn" => Some(cfg.on_error = OnError::Warn),
+            b"abort" => Some(OnError::Abort),
+            b"warn" => Some(OnError::Warn),
             _ => None,
-        },
+        }
+        .map(|v| cfg.on_error = v),
         _ => {
             warn3(b"hakmem: unknown variable ", name, b" ignored (known: ");
             os::write_stderr(KNOWN.as_bytes());

@@ -401,12 +401,6 @@ pub(crate) fn global_purge_due(now: u64) -> bool {
     now >= GLOBAL_PURGE_AT.load(Ordering::Relaxed)
 }
 
-/// Whether any cached memory awaits purging.
-#[inline]
-pub(crate) fn global_purge_pending() -> bool {
-    GLOBAL_PURGE_AT.load(Ordering::Relaxed) != u64::MAX
-}
-
 /// Purges cached segments and huge mappings that are due at `now` (all of
 /// them when `force`). One thread at a time does the pass; entries are
 /// taken off their list for the system calls so no lock is held across them.

@@ -199,3 +199,29 @@ fn memory_of_freed_blocks_is_reused() {
     }
     assert_eq!(hakmem_core::os_counters().mmap, before.mmap);
 }
+
+#[test]
+fn huge_realloc_growth_keeps_contents_without_copying() {
+    let layout = Layout::from_size_align(3 << 20, 16).unwrap();
+    // SAFETY: the block is live and resized with its current layout.
+    unsafe {
+        let mut p = GLOBAL.alloc(layout);
+        let mut size = layout.size();
+        for i in 0..size {
+            *p.add(i) = (i % 251) as u8;
+        }
+        let before = hakmem_core::os_counters().mremap;
+        for step in 1..=6 {
+            let new_size = size * 2;
+            p = GLOBAL.realloc(p, Layout::from_size_align(size, 16).unwrap(), new_size);
+            assert!(!p.is_null());
+            assert!(
+                (0..3 << 20).step_by(4093).all(|i| *p.add(i) == (i % 251) as u8),
+                "step {step}"
+            );
+            size = new_size;
+        }
+        assert!(hakmem_core::os_counters().mremap >= before + 6, "grown by mremap");
+        GLOBAL.dealloc(p, Layout::from_size_align(size, 16).unwrap());
+    }
+}

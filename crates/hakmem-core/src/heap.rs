@@ -256,7 +256,14 @@ unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_size: usize
         };
         let fresh = (*seg).mark_dirty(first, units);
         let page = &mut (*seg).pages[first] as *mut Page;
-        (*page).init(class, block_size, (*seg).page_start(first), units as u32, fresh);
+        (*page).init(
+            class,
+            block_size,
+            (*seg).page_start(first),
+            units as u32,
+            units * PAGE_SIZE,
+            fresh,
+        );
         for k in 1..units {
             (*seg).pages[first + k].span_offset = (k * core::mem::size_of::<Page>()) as u32;
         }

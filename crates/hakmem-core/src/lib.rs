@@ -19,252 +19,274 @@
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
+// The loom build compiles only the protocols its models drive.
+#![cfg_attr(hakmem_loom, allow(dead_code, unused_imports))]
 
-mod class;
-mod config;
-mod heap;
-mod os;
+mod list;
 mod page;
-mod segment;
 mod sync;
+
+#[cfg(not(hakmem_loom))]
+mod class;
+#[cfg(not(hakmem_loom))]
+mod config;
+#[cfg(not(hakmem_loom))]
+mod heap;
+#[cfg(not(hakmem_loom))]
+mod os;
+#[cfg(not(hakmem_loom))]
+mod segment;
+#[cfg(not(hakmem_loom))]
 mod thread;
 
-use core::alloc::{GlobalAlloc, Layout};
-use core::ptr;
+#[cfg(all(test, hakmem_loom))]
+mod loom_models;
 
-pub use class::{MEDIUM_SIZE_MAX, SMALL_SIZE_MAX};
-pub use config::{config, Config, OnError, DEFAULT_PURGE_DELAY_MS};
-pub use os::{os_counters, OsCounters};
-pub use segment::{abandoned_count, cached_count, LARGE_SIZE_MAX, PAGE_SIZE, SEGMENT_SIZE};
+// Under `--cfg hakmem_loom` only the lock-free protocols (page, list, sync)
+// are compiled, for the loom models; the allocator itself is not.
+#[cfg(not(hakmem_loom))]
+pub use front::*;
 
-use segment::{segment_of, SegmentKind};
+#[cfg(not(hakmem_loom))]
+mod front {
+    use crate::{class, heap, os, page, segment, sync, thread};
+    use core::alloc::{GlobalAlloc, Layout};
+    use core::ptr;
 
-/// The alignment every allocation gets without asking (C's `max_align_t`).
-pub const MIN_ALIGN: usize = 16;
+    pub use crate::class::{MEDIUM_SIZE_MAX, SMALL_SIZE_MAX};
+    pub use crate::config::{config, Config, OnError, DEFAULT_PURGE_DELAY_MS};
+    pub use crate::os::{os_counters, OsCounters};
+    pub use crate::segment::{abandoned_count, cached_count, LARGE_SIZE_MAX, PAGE_SIZE, SEGMENT_SIZE};
 
-/// The hakmem allocator. Zero-sized; all state is per thread and per segment.
-///
-/// ```
-/// use core::alloc::{GlobalAlloc, Layout};
-/// let layout = Layout::from_size_align(100, 8).unwrap();
-/// // SAFETY: layout has a non-zero size; the block is freed with the same layout.
-/// unsafe {
-///     let p = hakmem_core::Hakmem.alloc(layout);
-///     assert!(!p.is_null());
-///     hakmem_core::Hakmem.dealloc(p, layout);
-/// }
-/// ```
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Hakmem;
+    use crate::segment::{segment_of, SegmentKind};
 
-// SAFETY: every method returns blocks that are valid for the layout's size,
-// aligned to its alignment, and disjoint from every other live block; null
-// is returned on failure, never a misaligned pointer.
-unsafe impl GlobalAlloc for Hakmem {
+    /// The alignment every allocation gets without asking (C's `max_align_t`).
+    pub const MIN_ALIGN: usize = 16;
+
+    /// The hakmem allocator. Zero-sized; all state is per thread and per segment.
+    ///
+    /// ```
+    /// use core::alloc::{GlobalAlloc, Layout};
+    /// let layout = Layout::from_size_align(100, 8).unwrap();
+    /// // SAFETY: layout has a non-zero size; the block is freed with the same layout.
+    /// unsafe {
+    ///     let p = hakmem_core::Hakmem.alloc(layout);
+    ///     assert!(!p.is_null());
+    ///     hakmem_core::Hakmem.dealloc(p, layout);
+    /// }
+    /// ```
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct Hakmem;
+
+    // SAFETY: every method returns blocks that are valid for the layout's size,
+    // aligned to its alignment, and disjoint from every other live block; null
+    // is returned on failure, never a misaligned pointer.
+    unsafe impl GlobalAlloc for Hakmem {
+        #[inline(always)]
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            alloc(layout.size(), layout.align())
+        }
+
+        #[inline(always)]
+        unsafe fn dealloc(&self, p: *mut u8, _layout: Layout) {
+            // SAFETY: GlobalAlloc's contract: p was allocated by this allocator.
+            unsafe { free(p) }
+        }
+
+        #[inline]
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            alloc_zeroed(layout.size(), layout.align())
+        }
+
+        #[inline]
+        unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            // SAFETY: GlobalAlloc's contract: p is a live block of this allocator.
+            unsafe { realloc(p, new_size, layout.align()) }
+        }
+    }
+
+    /// Allocates `size` bytes aligned to `align` (a power of two); null with
+    /// `errno = ENOMEM` when no memory can be had. `size == 0` gives a unique
+    /// minimal block.
+    ///
+    /// Fast path (size and alignment routed by one compare each): the thread
+    /// heap from TLS (2 instructions), the class by table, then `heap::alloc`.
     #[inline(always)]
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        alloc(layout.size(), layout.align())
-    }
-
-    #[inline(always)]
-    unsafe fn dealloc(&self, p: *mut u8, _layout: Layout) {
-        // SAFETY: GlobalAlloc's contract: p was allocated by this allocator.
-        unsafe { free(p) }
-    }
-
-    #[inline]
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        alloc_zeroed(layout.size(), layout.align())
-    }
-
-    #[inline]
-    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: GlobalAlloc's contract: p is a live block of this allocator.
-        unsafe { realloc(p, new_size, layout.align()) }
-    }
-}
-
-/// Allocates `size` bytes aligned to `align` (a power of two); null with
-/// `errno = ENOMEM` when no memory can be had. `size == 0` gives a unique
-/// minimal block.
-///
-/// Fast path (size and alignment routed by one compare each): the thread
-/// heap from TLS (2 instructions), the class by table, then `heap::alloc`.
-#[inline(always)]
-pub fn alloc(size: usize, align: usize) -> *mut u8 {
-    if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
-        // SAFETY: thread::heap() is this thread's heap.
-        unsafe { heap::alloc(thread::heap(), class::class_of(size)) }
-    } else {
-        alloc_generic(size, align).0
-    }
-}
-
-/// `malloc`: `size` bytes aligned to `MIN_ALIGN`.
-#[inline(always)]
-pub fn malloc(size: usize) -> *mut u8 {
-    alloc(size, MIN_ALIGN)
-}
-
-/// Large, huge and over-aligned requests. Returns the block and whether it
-/// is known to be zeroed.
-#[inline(never)]
-fn alloc_generic(size: usize, align: usize) -> (*mut u8, bool) {
-    debug_assert!(align.is_power_of_two());
-    let (p, zero) = if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
-        // Only reached from alloc_zeroed.
-        // SAFETY: thread::heap() is this thread's heap.
-        (unsafe { heap::alloc(thread::heap(), class::class_of(size)) }, false)
-    } else if align <= PAGE_SIZE {
-        match class::aligned_class(size, align) {
+    pub fn alloc(size: usize, align: usize) -> *mut u8 {
+        if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
             // SAFETY: thread::heap() is this thread's heap.
-            Some(c) if align > MIN_ALIGN => (unsafe { heap::alloc(thread::heap(), c) }, false),
-            _ if size <= LARGE_SIZE_MAX => heap::alloc_large(size),
-            _ => segment::huge_alloc(size, align),
-        }
-    } else {
-        segment::huge_alloc(size, align)
-    };
-    if p.is_null() {
-        os::set_errno(libc::ENOMEM);
-    }
-    (p, zero)
-}
-
-/// Like [`alloc`], with the block's bytes zeroed. Memory known to be fresh
-/// from the OS is not cleared again.
-pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
-    let (p, zero) = alloc_generic(size, align);
-    if p.is_null() || zero {
-        return p;
-    }
-    // SAFETY: p is a live block of at least `size` bytes just allocated here.
-    unsafe {
-        let seg = segment_of(p);
-        let page = (*seg).page_of(p);
-        if (*page).free_is_zero {
-            // Only the free-list link word was ever written.
-            let link = size.min(core::mem::size_of::<usize>());
-            ptr::write_bytes(p, 0, link);
+            unsafe { heap::alloc(thread::heap(), class::class_of(size)) }
         } else {
-            ptr::write_bytes(p, 0, size);
+            alloc_generic(size, align).0
         }
     }
-    p
-}
 
-/// Frees block `p`.
-///
-/// Fast path: segment by mask, owner check against the thread heap, page by
-/// shift, push on the page's local free list (about 12 instructions, no
-/// atomic read-modify-write). Anything else goes to `heap::free_slow`.
-///
-/// # Safety
-/// `p` must be a live block returned by this allocator (not null).
-#[inline(always)]
-pub unsafe fn free(p: *mut u8) {
-    let seg = segment_of(p);
-    let heap = thread::heap();
-    // SAFETY: p is a live hakmem block, so seg is its segment header.
-    unsafe {
-        if (*seg).heap.load(sync::Ordering::Relaxed) == heap {
+    /// `malloc`: `size` bytes aligned to `MIN_ALIGN`.
+    #[inline(always)]
+    pub fn malloc(size: usize) -> *mut u8 {
+        alloc(size, MIN_ALIGN)
+    }
+
+    /// Large, huge and over-aligned requests. Returns the block and whether it
+    /// is known to be zeroed.
+    #[inline(never)]
+    fn alloc_generic(size: usize, align: usize) -> (*mut u8, bool) {
+        debug_assert!(align.is_power_of_two());
+        let (p, zero) = if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
+            // Only reached from alloc_zeroed.
+            // SAFETY: thread::heap() is this thread's heap.
+            (unsafe { heap::alloc(thread::heap(), class::class_of(size)) }, false)
+        } else if align <= PAGE_SIZE {
+            match class::aligned_class(size, align) {
+                // SAFETY: thread::heap() is this thread's heap.
+                Some(c) if align > MIN_ALIGN => (unsafe { heap::alloc(thread::heap(), c) }, false),
+                _ if size <= LARGE_SIZE_MAX => heap::alloc_large(size),
+                _ => segment::huge_alloc(size, align),
+            }
+        } else {
+            segment::huge_alloc(size, align)
+        };
+        if p.is_null() {
+            os::set_errno(libc::ENOMEM);
+        }
+        (p, zero)
+    }
+
+    /// Like [`alloc`], with the block's bytes zeroed. Memory known to be fresh
+    /// from the OS is not cleared again.
+    pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
+        let (p, zero) = alloc_generic(size, align);
+        if p.is_null() || zero {
+            return p;
+        }
+        // SAFETY: p is a live block of at least `size` bytes just allocated here.
+        unsafe {
+            let seg = segment_of(p);
             let page = (*seg).page_of(p);
-            if (*page).flags == 0 {
-                let block = p as *mut page::Block;
-                (*block).next = (*page).local_free;
-                (*page).local_free = block;
-                (*page).used -= 1;
-                if (*page).used == 0 {
-                    heap::page_retire(heap, seg, page);
-                }
-                return;
+            if (*page).free_is_zero {
+                // Only the free-list link word was ever written.
+                let link = size.min(core::mem::size_of::<usize>());
+                ptr::write_bytes(p, 0, link);
+            } else {
+                ptr::write_bytes(p, 0, size);
             }
         }
-        heap::free_slow(seg, p)
+        p
     }
-}
 
-/// Whether `p` lies in a segment hakmem mapped (O(1), no system call).
-/// A pointer that is not is certainly not a hakmem block.
-#[inline]
-pub fn is_hakmem_segment(p: *const u8) -> bool {
-    segment::is_segment(segment_of(p))
-}
-
-/// Usable size of block `p`: at least what was asked for, exactly what can
-/// be used.
-///
-/// # Safety
-/// `p` must be a live block returned by this allocator.
-pub unsafe fn usable_size(p: *const u8) -> usize {
-    let seg = segment_of(p);
-    // SAFETY: p is a live hakmem block, so seg is its segment header.
-    unsafe {
-        if (*seg).kind == SegmentKind::Huge {
-            segment::huge_usable_size(seg, p)
-        } else {
-            (*(*seg).page_of(p)).block_size
-        }
-    }
-}
-
-/// Resizes block `p` to `new_size` bytes with alignment `align` (the one it
-/// was allocated with). In place when the new size still fits the block and
-/// uses at least half of it; otherwise allocates, copies and frees. On
-/// failure returns null and leaves `p` untouched.
-///
-/// # Safety
-/// `p` must be null or a live block returned by this allocator with `align`.
-pub unsafe fn realloc(p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
-    if p.is_null() {
-        return alloc(new_size, align);
-    }
-    // SAFETY: p is a live hakmem block.
-    let usable = unsafe { usable_size(p) };
-    if new_size <= usable && new_size >= usable / 2 {
-        return p;
-    }
-    let seg = segment_of(p);
-    // SAFETY: p is a live hakmem block, so seg is its header.
-    if unsafe { (*seg).kind } == SegmentKind::Huge && new_size > LARGE_SIZE_MAX && align <= PAGE_SIZE {
-        // SAFETY: p is the caller's live huge block.
-        let q = unsafe { segment::huge_realloc(seg, p, new_size) };
-        if !q.is_null() {
-            return q;
-        }
-    }
-    let q = alloc(new_size, align);
-    if !q.is_null() {
-        // SAFETY: both blocks are live and disjoint; p has `usable` bytes
-        // and q at least `new_size`.
+    /// Frees block `p`.
+    ///
+    /// Fast path: segment by mask, owner check against the thread heap, page by
+    /// shift, push on the page's local free list (about 12 instructions, no
+    /// atomic read-modify-write). Anything else goes to `heap::free_slow`.
+    ///
+    /// # Safety
+    /// `p` must be a live block returned by this allocator (not null).
+    #[inline(always)]
+    pub unsafe fn free(p: *mut u8) {
+        let seg = segment_of(p);
+        let heap = thread::heap();
+        // SAFETY: p is a live hakmem block, so seg is its segment header.
         unsafe {
-            ptr::copy_nonoverlapping(p, q, usable.min(new_size));
-            free(p);
+            if (*seg).heap.load(sync::Ordering::Relaxed) == heap {
+                let page = (*seg).page_of(p);
+                if (*page).flags == 0 {
+                    let block = p as *mut page::Block;
+                    (*block).next = (*page).local_free;
+                    (*page).local_free = block;
+                    (*page).used -= 1;
+                    if (*page).used == 0 {
+                        heap::page_retire(heap, seg, page);
+                    }
+                    return;
+                }
+            }
+            heap::free_slow(seg, p)
         }
     }
-    q
-}
 
-/// Returns free memory: collects the calling thread's heap (remote frees,
-/// empty pages) and purges what is due — with `force`, purges everything
-/// free now, in this thread's heap and in the global caches. This is
-/// `malloc_trim(0)` and `hakmem_collect(force)` in the C API.
-pub fn collect(force: bool) {
-    heap::collect(force)
-}
+    /// Whether `p` lies in a segment hakmem mapped (O(1), no system call).
+    /// A pointer that is not is certainly not a hakmem block.
+    #[inline]
+    pub fn is_hakmem_segment(p: *const u8) -> bool {
+        segment::is_segment(segment_of(p))
+    }
 
-/// The calling thread's `errno` (for tests and the C shim).
-pub fn os_errno() -> i32 {
-    os::errno()
-}
+    /// Usable size of block `p`: at least what was asked for, exactly what can
+    /// be used.
+    ///
+    /// # Safety
+    /// `p` must be a live block returned by this allocator.
+    pub unsafe fn usable_size(p: *const u8) -> usize {
+        let seg = segment_of(p);
+        // SAFETY: p is a live hakmem block, so seg is its segment header.
+        unsafe {
+            if (*seg).kind == SegmentKind::Huge {
+                segment::huge_usable_size(seg, p)
+            } else {
+                (*(*seg).page_of(p)).block_size
+            }
+        }
+    }
 
-/// Sets the calling thread's `errno` to 0 (for tests).
-pub fn os_errno_reset() {
-    os::set_errno(0)
-}
+    /// Resizes block `p` to `new_size` bytes with alignment `align` (the one it
+    /// was allocated with). In place when the new size still fits the block and
+    /// uses at least half of it; otherwise allocates, copies and frees. On
+    /// failure returns null and leaves `p` untouched.
+    ///
+    /// # Safety
+    /// `p` must be null or a live block returned by this allocator with `align`.
+    pub unsafe fn realloc(p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
+        if p.is_null() {
+            return alloc(new_size, align);
+        }
+        // SAFETY: p is a live hakmem block.
+        let usable = unsafe { usable_size(p) };
+        if new_size <= usable && new_size >= usable / 2 {
+            return p;
+        }
+        let seg = segment_of(p);
+        // SAFETY: p is a live hakmem block, so seg is its header.
+        if unsafe { (*seg).kind } == SegmentKind::Huge && new_size > LARGE_SIZE_MAX && align <= PAGE_SIZE {
+            // SAFETY: p is the caller's live huge block.
+            let q = unsafe { segment::huge_realloc(seg, p, new_size) };
+            if !q.is_null() {
+                return q;
+            }
+        }
+        let q = alloc(new_size, align);
+        if !q.is_null() {
+            // SAFETY: both blocks are live and disjoint; p has `usable` bytes
+            // and q at least `new_size`.
+            unsafe {
+                ptr::copy_nonoverlapping(p, q, usable.min(new_size));
+                free(p);
+            }
+        }
+        q
+    }
 
-/// Reports a misused pointer (`hakmem: <function>(): <reason> 0x...`) on
-/// stderr and aborts. For the C shim.
-pub fn fatal_pointer(function: &str, reason: &str, p: *const u8) -> ! {
-    os::fatal_pointer(function, reason, p)
+    /// Returns free memory: collects the calling thread's heap (remote frees,
+    /// empty pages) and purges what is due — with `force`, purges everything
+    /// free now, in this thread's heap and in the global caches. This is
+    /// `malloc_trim(0)` and `hakmem_collect(force)` in the C API.
+    pub fn collect(force: bool) {
+        heap::collect(force)
+    }
+
+    /// The calling thread's `errno` (for tests and the C shim).
+    pub fn os_errno() -> i32 {
+        os::errno()
+    }
+
+    /// Sets the calling thread's `errno` to 0 (for tests).
+    pub fn os_errno_reset() {
+        os::set_errno(0)
+    }
+
+    /// Reports a misused pointer (`hakmem: <function>(): <reason> 0x...`) on
+    /// stderr and aborts. For the C shim.
+    pub fn fatal_pointer(function: &str, reason: &str, p: *const u8) -> ! {
+        os::fatal_pointer(function, reason, p)
+    }
 }

@@ -78,6 +78,16 @@ impl Page {
     /// A page with no blocks (the static empty page and fresh headers).
     #[cfg(not(hakmem_loom))]
     pub(crate) const fn empty() -> Self {
+        Self::with_remote(AtomicUsize::new(0))
+    }
+
+    /// A page with no blocks (loom's atomics have no const constructor).
+    #[cfg(hakmem_loom)]
+    pub(crate) fn empty() -> Self {
+        Self::with_remote(AtomicUsize::new(0))
+    }
+
+    const fn with_remote(remote_free: AtomicUsize) -> Self {
         Self {
             free: ptr::null_mut(),
             local_free: ptr::null_mut(),
@@ -89,7 +99,7 @@ impl Page {
             capacity: 0,
             reserved: 0,
             block_size: 0,
-            remote_free: AtomicUsize::new(0),
+            remote_free,
             start: ptr::null_mut(),
             next: ptr::null_mut(),
             prev: ptr::null_mut(),
@@ -98,9 +108,9 @@ impl Page {
         }
     }
 
-    /// Prepares an unused span head for blocks of `block_size`.
-    pub(crate) fn init(&mut self, class: u8, block_size: usize, start: *mut u8, units: u32, zero: bool) {
-        let bytes = units as usize * crate::segment::PAGE_SIZE;
+    /// Prepares an unused span head of `units` pages (`bytes` in all) for
+    /// blocks of `block_size`.
+    pub(crate) fn init(&mut self, class: u8, block_size: usize, start: *mut u8, units: u32, bytes: usize, zero: bool) {
         self.free = ptr::null_mut();
         self.local_free = ptr::null_mut();
         self.used = 0;
@@ -230,11 +240,13 @@ impl Page {
     /// Withdraws a `FULL_NOTIFY` request (the owner found the page useful
     /// again by itself). A pusher racing with this may still notify; the
     /// notification handler tolerates pages that are no longer parked.
+    #[cfg_attr(hakmem_loom, allow(dead_code))]
     pub(crate) fn clear_full_notify(&self) {
         self.remote_free.fetch_and(!FULL_NOTIFY, Ordering::Relaxed);
     }
 
     /// Whether the block list `list` has `n` distinct entries inside the page.
+    #[cfg_attr(hakmem_loom, allow(dead_code))]
     fn list_len(&self, mut list: *mut Block) -> Option<u32> {
         let mut n = 0u32;
         let end = self.start as usize + self.capacity as usize * self.block_size;
@@ -254,6 +266,7 @@ impl Page {
     }
 
     /// Checks the owner's invariant (expensive: walks the lists).
+    #[cfg_attr(hakmem_loom, allow(dead_code))]
     pub(crate) fn is_valid(&self) -> bool {
         let (Some(f), Some(l)) = (self.list_len(self.free), self.list_len(self.local_free)) else {
             return false;
@@ -262,7 +275,7 @@ impl Page {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(hakmem_loom)))]
 mod tests {
     use super::*;
     extern crate std;
@@ -270,7 +283,7 @@ mod tests {
 
     fn page_over(buf: &mut [u8], block_size: usize) -> Page {
         let mut p = Page::empty();
-        p.init(0, block_size, buf.as_mut_ptr(), 1, false);
+        p.init(0, block_size, buf.as_mut_ptr(), 1, buf.len(), false);
         p.reserved = (buf.len() / block_size) as u32;
         p
     }

@@ -33,6 +33,7 @@
 
 use crate::config::config;
 use crate::heap::Heap;
+use crate::list::{Linked, LockedList};
 use crate::os;
 use crate::page::Page;
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, MapWord, Ordering, SpinLock};
@@ -273,64 +274,14 @@ pub(crate) fn is_segment(segment: *const Segment) -> bool {
 // (abandoned). Both are intrusive stacks through `Segment::next`, under a
 // spin lock held for a few instructions; `fork` takes the locks first.
 
-struct SegmentList {
-    lock: SpinLock,
-    head: UnsafeCell<*mut Segment>,
-    count: UnsafeCell<usize>,
-}
+type SegmentList = LockedList<Segment>;
 
-// SAFETY: head and count are only accessed with `lock` held.
-unsafe impl Sync for SegmentList {}
-
-impl SegmentList {
-    const fn new() -> Self {
-        Self {
-            lock: SpinLock::new(),
-            head: UnsafeCell::new(ptr::null_mut()),
-            count: UnsafeCell::new(0),
-        }
-    }
-
-    /// Pushes unless the list already holds `limit`; returns whether it did.
-    fn push(&self, segment: *mut Segment, limit: usize) -> bool {
-        self.lock.lock();
-        // SAFETY: the lock is held; segment is exclusively the caller's.
-        let pushed = unsafe {
-            if *self.count.get() >= limit {
-                false
-            } else {
-                (*segment).next = *self.head.get();
-                *self.head.get() = segment;
-                *self.count.get() += 1;
-                true
-            }
-        };
-        self.lock.unlock();
-        pushed
-    }
-
-    fn pop(&self) -> *mut Segment {
-        self.lock.lock();
-        // SAFETY: the lock is held; segments on the list are valid.
-        let segment = unsafe {
-            let s = *self.head.get();
-            if !s.is_null() {
-                *self.head.get() = (*s).next;
-                (*s).next = ptr::null_mut();
-                *self.count.get() -= 1;
-            }
-            s
-        };
-        self.lock.unlock();
-        segment
-    }
-
-    fn len(&self) -> usize {
-        self.lock.lock();
-        // SAFETY: the lock is held.
-        let n = unsafe { *self.count.get() };
-        self.lock.unlock();
-        n
+// SAFETY: `next` is the segment's list link, used by exactly one list at a
+// time (owner list, cache or abandoned list: see the module invariants).
+unsafe impl Linked for Segment {
+    fn next_link(this: *mut Self) -> *mut *mut Self {
+        // SAFETY: this is a valid segment (the trait's contract).
+        unsafe { &raw mut (*this).next }
     }
 }
 
@@ -478,14 +429,16 @@ pub fn cached_count() -> usize {
 
 /// `fork` prepare: hold every global segment lock across the fork.
 pub(crate) fn lock_all() {
-    SEGMENT_CACHE.lock.lock();
-    ABANDONED.lock.lock();
+    SEGMENT_CACHE.lock();
+    ABANDONED.lock();
+    HUGE_CACHE.lock.lock();
 }
 
 /// `fork` parent/child: release what `lock_all` took.
 pub(crate) fn unlock_all() {
-    ABANDONED.lock.unlock();
-    SEGMENT_CACHE.lock.unlock();
+    HUGE_CACHE.lock.unlock();
+    ABANDONED.unlock();
+    SEGMENT_CACHE.unlock();
 }
 
 // ---------------------------------------------------------------------------

@@ -107,6 +107,7 @@ pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize) -> *mut u8 {
         let block = (*page).free;
         if !block.is_null() {
             (*page).free = (*block).next;
+            (*block).freed = 0;
             (*page).used += 1;
             return block as *mut u8;
         }
@@ -221,6 +222,7 @@ pub(crate) fn alloc_large(size: usize) -> (*mut u8, bool) {
         (*page).capacity = 1;
         (*page).used = 1;
         (*page).flags = PAGE_IN_FULL;
+        (*((*page).start as *mut Block)).freed = 0;
         let parked = (*page).try_set_full_notify();
         debug_assert!(parked);
         ((*page).start, (*page).free_is_zero)
@@ -596,12 +598,19 @@ pub(crate) unsafe fn page_retire(heap: *mut Heap, seg: *mut Segment, page: *mut 
 pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
     // SAFETY: the caller guarantees p is a live hakmem block in seg.
     unsafe {
+        let block = p as *mut Block;
+        let mark = crate::page::freed_mark(p);
+        if (*block).freed == mark {
+            crate::os::report_pointer("free", "double free of", p);
+            return;
+        }
         if (*seg).kind == segment::SegmentKind::Huge {
+            (*block).freed = mark;
             segment::huge_free(seg, p);
             return;
         }
+        (*block).freed = mark;
         let page = (*seg).page_of(p);
-        let block = p as *mut Block;
         let heap = thread::heap();
         if (*seg).heap.load(Ordering::Relaxed) == heap {
             (*block).next = (*page).local_free;

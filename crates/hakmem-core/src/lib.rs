@@ -190,8 +190,9 @@ mod front {
         unsafe {
             if (*seg).heap.load(sync::Ordering::Relaxed) == heap {
                 let page = (*seg).page_of(p);
-                if (*page).flags == 0 {
-                    let block = p as *mut page::Block;
+                let block = p as *mut page::Block;
+                if (*page).flags == 0 && (*block).freed != page::freed_mark(p) {
+                    (*block).freed = page::freed_mark(p);
                     (*block).next = (*page).local_free;
                     (*page).local_free = block;
                     (*page).used -= 1;
@@ -288,5 +289,74 @@ mod front {
     /// stderr and aborts. For the C shim.
     pub fn fatal_pointer(function: &str, reason: &str, p: *const u8) -> ! {
         os::fatal_pointer(function, reason, p)
+    }
+
+    /// Checks that `p` is a live hakmem block before `function` (a C entry
+    /// point such as `"realloc"`) uses it: that it lies in a hakmem segment
+    /// (segment map, O(1)), starts a block, and is not already free. On a bad
+    /// pointer prints `hakmem: <function>(): <reason> 0x...` and aborts, or
+    /// returns false under `HAKMEM_ON_ERROR=warn` (the caller then ignores
+    /// the call). Never touches memory that is not a hakmem segment header.
+    ///
+    /// # Safety
+    /// `p` must not be null.
+    pub unsafe fn check_block(p: *const u8, function: &str) -> bool {
+        let seg = segment_of(p);
+        if !segment::is_segment(seg) {
+            os::report_pointer(function, "invalid pointer (not allocated by hakmem)", p);
+            return false;
+        }
+        // SAFETY: the segment map says seg is a live segment header.
+        unsafe {
+            if !is_block_start(seg, p) {
+                os::report_pointer(function, "invalid pointer (not the start of a hakmem block)", p);
+                return false;
+            }
+            if (*(p as *const page::Block)).freed == page::freed_mark(p) {
+                os::report_pointer(function, "pointer already freed", p);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether `p` starts a block of `seg`: a carved block of an in-use page,
+    /// or a huge block at one of the offsets `huge_alloc` uses.
+    ///
+    /// # Safety
+    /// `seg` must be a live segment header (the segment map says so).
+    unsafe fn is_block_start(seg: *mut segment::Segment, p: *const u8) -> bool {
+        let off = (p as usize).wrapping_sub(seg as usize);
+        // SAFETY: the caller guarantees seg is live; page_of stays inside
+        // the header for any p in the segment's 2 MiB.
+        unsafe {
+            if (*seg).kind == SegmentKind::Huge {
+                off.is_power_of_two() && (PAGE_SIZE..=SEGMENT_SIZE).contains(&off) && off < (*seg).mapping_size
+            } else {
+                let page = (*seg).page_of(p);
+                (*page).in_use && (*page).is_block_start(p)
+            }
+        }
+    }
+
+    /// `free` for the C shim: [`check_block`], then [`free`].
+    ///
+    /// # Safety
+    /// `p` must not be null; it may be any other value.
+    #[inline]
+    pub unsafe fn free_checked(p: *mut u8) {
+        let seg = segment_of(p);
+        if !segment::is_segment(seg) {
+            os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
+            return;
+        }
+        // SAFETY: seg is a live segment header (segment map).
+        if !unsafe { is_block_start(seg, p) } {
+            os::report_pointer("free", "invalid pointer (not the start of a hakmem block)", p);
+            return;
+        }
+        // SAFETY: p is the start of a block of a live hakmem page; `free`
+        // itself catches a double free by the block's freed mark.
+        unsafe { free(p) }
     }
 }

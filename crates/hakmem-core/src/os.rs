@@ -235,10 +235,27 @@ pub(crate) fn abort() -> ! {
     unsafe { libc::abort() }
 }
 
-/// Reports a fatal misuse: `hakmem: <what>: <reason> <pointer>` then abort.
+/// Reports a misused pointer — `hakmem: <function>(): <reason> 0x...` — then
+/// aborts, or returns when `HAKMEM_ON_ERROR=warn` (the caller then ignores
+/// the call).
+#[cold]
+#[inline(never)]
+pub(crate) fn report_pointer(function: &str, reason: &str, p: *const u8) {
+    write_pointer_message(function, reason, p);
+    if crate::config::config().on_error == crate::config::OnError::Abort {
+        abort()
+    }
+}
+
+/// Reports a fatal misuse: `hakmem: <function>(): <reason> <pointer>` then abort.
 #[cold]
 #[inline(never)]
 pub(crate) fn fatal_pointer(function: &str, reason: &str, p: *const u8) -> ! {
+    write_pointer_message(function, reason, p);
+    abort()
+}
+
+fn write_pointer_message(function: &str, reason: &str, p: *const u8) {
     let mut buf = [0u8; 256];
     let mut w = Writer::new(&mut buf);
     w.push(b"hakmem: ");
@@ -250,7 +267,6 @@ pub(crate) fn fatal_pointer(function: &str, reason: &str, p: *const u8) -> ! {
     w.push(b"\n");
     let len = w.len;
     write_stderr(&buf[..len]);
-    abort()
 }
 
 /// Formats into a fixed buffer without allocating (for diagnostics).

@@ -22,10 +22,25 @@
 use crate::sync::{AtomicUsize, Ordering};
 use core::ptr;
 
-/// A free block: its first word links to the next free block.
+/// A free block: its first word links to the next free block; its second
+/// word holds `freed_mark(block)` from the moment it is freed until it is
+/// allocated again (every block has at least 16 bytes). A free that finds
+/// its mark already there is a double free: caught with one load and a
+/// compare, whether the block was freed just before or many frees ago.
 #[repr(C)]
 pub(crate) struct Block {
     pub(crate) next: *mut Block,
+    pub(crate) freed: usize,
+}
+
+/// Key of the freed mark; a user value equal to `address ^ FREED_KEY` stored
+/// in the second word of a live block is needed to trigger a false report.
+const FREED_KEY: usize = 0x9e37_79b9_7f4a_7c15;
+
+/// The mark a freed block carries in its second word.
+#[inline(always)]
+pub(crate) fn freed_mark(block: *const u8) -> usize {
+    block as usize ^ FREED_KEY
 }
 
 /// Low bit of `remote_free`: the owner parked the page as full and wants to
@@ -61,6 +76,10 @@ pub(crate) struct Page {
     /// Blocks the span can hold.
     pub(crate) reserved: u32,
     pub(crate) block_size: usize,
+    /// `ceil(2^64 / block_size)`: `off` is a multiple of the block size iff
+    /// `off * divisor_magic < divisor_magic` (Lemire's divisibility test), so
+    /// the C shim checks "is this a block start?" without a division.
+    pub(crate) divisor_magic: u64,
     /// Blocks freed by other threads (atomic stack) | `FULL_NOTIFY`.
     pub(crate) remote_free: AtomicUsize,
     /// Address of the first block.
@@ -99,6 +118,7 @@ impl Page {
             capacity: 0,
             reserved: 0,
             block_size: 0,
+            divisor_magic: 0,
             remote_free,
             start: ptr::null_mut(),
             next: ptr::null_mut(),
@@ -121,6 +141,7 @@ impl Page {
         self.capacity = 0;
         self.reserved = (bytes / block_size) as u32;
         self.block_size = block_size;
+        self.divisor_magic = u64::MAX / block_size as u64 + 1;
         self.remote_free.store(0, Ordering::Relaxed);
         self.start = start;
         self.next = ptr::null_mut();
@@ -162,9 +183,18 @@ impl Page {
         let b = self.free;
         debug_assert!(!b.is_null());
         // SAFETY: b is a free block of this page; its first word is its link.
-        self.free = unsafe { (*b).next };
+        unsafe {
+            self.free = (*b).next;
+            (*b).freed = 0;
+        }
         self.used += 1;
         b as *mut u8
+    }
+
+    /// Whether `p` is the start of a carved block of this page.
+    pub(crate) fn is_block_start(&self, p: *const u8) -> bool {
+        let off = (p as usize).wrapping_sub(self.start as usize) as u64;
+        off < self.capacity as u64 * self.block_size as u64 && off.wrapping_mul(self.divisor_magic) < self.divisor_magic
     }
 
     /// Moves `local_free` and the remote frees into `free`, which must be
@@ -348,6 +378,29 @@ mod tests {
         page.collect();
         assert_eq!(page.used, used_before - 4);
         assert!(page.is_valid());
+    }
+
+    #[test]
+    fn block_starts_are_recognised_without_division() {
+        for bs in [16usize, 48, 80, 1024, 1280, 3584, 57344] {
+            let mut buf = std::vec![0u8; 512 * 1024];
+            let mut page = page_over(&mut buf, bs);
+            while page.extend() {
+                while !page.free.is_null() {
+                    page.pop();
+                }
+            }
+            let start = page.start as usize;
+            let end = start + page.capacity as usize * bs;
+            for off in (0..(end - start + 2 * bs)).step_by(8) {
+                let expect = off % bs == 0 && start + off < end;
+                assert_eq!(
+                    page.is_block_start((start + off) as *const u8),
+                    expect,
+                    "bs {bs} off {off}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -553,9 +553,14 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     if offset == PAGE_SIZE {
         let cached = huge_cache_take(total);
         if !cached.is_null() {
-            // SAFETY: a segment taken from the huge cache is exclusively ours.
-            let zero = unsafe { (*cached).dirty_units == 0 };
-            return ((cached as usize + offset) as *mut u8, zero);
+            let p = (cached as usize + offset) as *mut u8;
+            // SAFETY: a segment taken from the huge cache is exclusively
+            // ours; its block is mapped and at least a page long.
+            let zero = unsafe {
+                (*(p as *mut crate::page::Block)).freed = 0;
+                (*cached).dirty_units == 0
+            };
+            return (p, zero);
         }
     }
     // The header must be 2 MiB-aligned; for alignments above 2 MiB the block

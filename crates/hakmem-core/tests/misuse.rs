@@ -1,0 +1,131 @@
+//! Misuse is reported, not silently absorbed: each scenario runs in a child
+//! process (this test binary re-executed with `MISUSE_SCENARIO=<name>`), which
+//! must die with SIGABRT after a `hakmem:` message naming the function and
+//! the pointer — or, with `HAKMEM_ON_ERROR=warn`, print it and carry on.
+
+use hakmem_core::Hakmem;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+
+#[global_allocator]
+static GLOBAL: Hakmem = Hakmem;
+
+/// Runs one misuse scenario in this process (called in the child).
+fn scenario(name: &str) {
+    // SAFETY: deliberately not: each scenario misuses the API; the process
+    // is expected to abort before undefined behaviour can spread.
+    unsafe {
+        match name {
+            "double-free-immediate" => {
+                let p = hakmem_core::malloc(100);
+                hakmem_core::free(p);
+                hakmem_core::free(p);
+            }
+            "double-free-delayed" => {
+                let p = hakmem_core::malloc(100);
+                let others: Vec<_> = (0..50).map(|_| hakmem_core::malloc(100)).collect();
+                hakmem_core::free(p);
+                for q in others {
+                    hakmem_core::free(q);
+                }
+                hakmem_core::free(p);
+            }
+            "double-free-remote" => {
+                let p = hakmem_core::malloc(3000) as usize;
+                hakmem_core::free(p as *mut u8);
+                std::thread::spawn(move || hakmem_core::free(p as *mut u8))
+                    .join()
+                    .unwrap();
+            }
+            "double-free-large" => {
+                let p = hakmem_core::malloc(300_000);
+                hakmem_core::free(p);
+                hakmem_core::free(p);
+            }
+            "double-free-huge" => {
+                let p = hakmem_core::malloc(5 << 20);
+                hakmem_core::free(p);
+                hakmem_core::free_checked(p);
+            }
+            "interior-pointer" => {
+                let p = hakmem_core::malloc(100);
+                hakmem_core::free_checked(p.add(8));
+            }
+            "stack-pointer" => {
+                let x = 5u64;
+                hakmem_core::free_checked(&x as *const u64 as *mut u8);
+            }
+            "garbage-pointer" => hakmem_core::free_checked(0x1234_5678 as *mut u8),
+            "realloc-freed" => {
+                let p = hakmem_core::malloc(64);
+                hakmem_core::free(p);
+                if hakmem_core::check_block(p, "realloc") {
+                    std::process::exit(3);
+                }
+            }
+            _ => panic!("unknown scenario {name}"),
+        }
+    }
+}
+
+fn run_child(name: &str, on_error: Option<&str>) -> (std::process::ExitStatus, String) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "misuse_child", "--nocapture", "--test-threads=1"])
+        .env("MISUSE_SCENARIO", name);
+    if let Some(v) = on_error {
+        cmd.env("HAKMEM_ON_ERROR", v);
+    }
+    let out = cmd.output().unwrap();
+    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn misuse_child() {
+    if let Ok(name) = std::env::var("MISUSE_SCENARIO") {
+        scenario(&name);
+        eprintln!("scenario {name} returned");
+    }
+}
+
+#[test]
+fn every_misuse_aborts_with_a_hakmem_message() {
+    let cases = [
+        ("double-free-immediate", "free(): double free of 0x"),
+        ("double-free-delayed", "free(): double free of 0x"),
+        ("double-free-remote", "free(): double free of 0x"),
+        ("double-free-large", "free(): double free of 0x"),
+        ("double-free-huge", "free(): "),
+        (
+            "interior-pointer",
+            "free(): invalid pointer (not the start of a hakmem block) 0x",
+        ),
+        ("stack-pointer", "free(): invalid pointer (not allocated by hakmem) 0x"),
+        (
+            "garbage-pointer",
+            "free(): invalid pointer (not allocated by hakmem) 0x0000000012345678",
+        ),
+        ("realloc-freed", "realloc(): pointer already freed 0x"),
+    ];
+    for (name, message) in cases {
+        let (status, stderr) = run_child(name, None);
+        assert_eq!(status.signal(), Some(libc::SIGABRT), "{name}: {status:?}\n{stderr}");
+        assert!(
+            stderr.contains(&format!("hakmem: {message}")),
+            "{name}: stderr was:\n{stderr}"
+        );
+        assert!(!stderr.contains("returned"), "{name} must not continue");
+    }
+}
+
+#[test]
+fn on_error_warn_reports_and_continues() {
+    for name in ["double-free-delayed", "stack-pointer"] {
+        let (status, stderr) = run_child(name, Some("warn"));
+        assert!(status.success(), "{name}: {status:?}\n{stderr}");
+        assert!(stderr.contains("hakmem: free(): "), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("scenario {name} returned")),
+            "{name}: {stderr}"
+        );
+    }
+}

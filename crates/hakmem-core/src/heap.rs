@@ -23,6 +23,7 @@ use crate::class::{self, CLASS_COUNT, LARGE_CLASS};
 use crate::os;
 use crate::page::{Block, Page, PAGE_IN_FULL};
 use crate::segment::{self, Segment, PAGES_PER_SEGMENT, PAGE_SIZE};
+use crate::stats;
 use crate::sync::{AtomicBool, Ordering, SpinLock};
 use crate::thread;
 use core::cell::UnsafeCell;
@@ -49,6 +50,8 @@ pub(crate) struct Heap {
     sweep_at_ms: u64,
     /// Slow-path calls, to look at the clock only every `CLOCK_CHECK_INTERVAL`.
     slow_ticks: u32,
+    /// Per-class counts (empty without the `stats` feature).
+    pub(crate) counts: stats::HeapCounts,
     /// Next heap in the pool's free list.
     pool_next: *mut Heap,
 }
@@ -82,6 +85,7 @@ pub(crate) static EMPTY_HEAP: ReadOnlyStatic<Heap> = ReadOnlyStatic(UnsafeCell::
     purge_at_ms: 0,
     sweep_at_ms: 0,
     slow_ticks: 0,
+    counts: stats::HeapCounts::ZERO,
     pool_next: ptr::null_mut(),
 }));
 
@@ -109,11 +113,18 @@ pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize) -> *mut u8 {
             (*page).free = (*block).next;
             (*block).freed = 0;
             (*page).used += 1;
+            (*heap).counts.count_alloc(class);
             return block as *mut u8;
         }
     }
     // SAFETY: as above.
     unsafe { alloc_slow(heap, class) }
+}
+
+/// The calling thread's per-class counts.
+pub(crate) fn own_counts() -> stats::HeapCounts {
+    // SAFETY: the TLS heap is this thread's (or the never-written empty heap).
+    unsafe { (*thread::heap()).counts }
 }
 
 /// Returns the calling thread's heap, creating it on first use (null when
@@ -154,6 +165,7 @@ unsafe fn alloc_slow(heap: *mut Heap, class: usize) -> *mut u8 {
             os::set_errno(libc::ENOMEM);
             return ptr::null_mut();
         }
+        (*heap).counts.count_alloc(class);
         (*page).pop()
     }
 }
@@ -223,6 +235,8 @@ pub(crate) fn alloc_large(size: usize) -> (*mut u8, bool) {
         (*page).used = 1;
         (*page).flags = PAGE_IN_FULL;
         (*((*page).start as *mut Block)).freed = 0;
+        (*heap).counts.count_alloc(stats::LARGE_ROW);
+        stats::large_alloc();
         let parked = (*page).try_set_full_notify();
         debug_assert!(parked);
         ((*page).start, (*page).free_is_zero)
@@ -270,6 +284,7 @@ unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_size: usize
             (*seg).pages[first + k].span_offset = (k * core::mem::size_of::<Page>()) as u32;
         }
         (*seg).used_pages += 1;
+        stats::page_in_use(1);
         page
     }
 }
@@ -467,6 +482,7 @@ unsafe fn release_span(seg: *mut Segment, page: *mut Page) -> u64 {
         let units = (*page).units as usize;
         (*seg).return_span(first, units);
         (*seg).used_pages -= 1;
+        stats::page_in_use(-1);
         (*seg).schedule_purge(first, units)
     }
 }
@@ -774,6 +790,7 @@ pub(crate) fn heap_new() -> *mut Heap {
 pub(crate) unsafe fn heap_abandon(heap: *mut Heap) {
     // SAFETY: heap is unused; its segments are owned by it.
     unsafe {
+        (*heap).counts.flush();
         let mut seg = (*heap).segments;
         (*heap).segments = ptr::null_mut();
         while !seg.is_null() {

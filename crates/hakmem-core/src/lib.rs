@@ -37,6 +37,8 @@ mod os;
 #[cfg(not(hakmem_loom))]
 mod segment;
 #[cfg(not(hakmem_loom))]
+mod stats;
+#[cfg(not(hakmem_loom))]
 mod thread;
 
 #[cfg(all(test, hakmem_loom))]
@@ -57,6 +59,7 @@ mod front {
     pub use crate::config::{config, Config, OnError, DEFAULT_PURGE_DELAY_MS};
     pub use crate::os::{os_counters, OsCounters};
     pub use crate::segment::{abandoned_count, cached_count, LARGE_SIZE_MAX, PAGE_SIZE, SEGMENT_SIZE};
+    pub use crate::stats::{print_stats, stats, stats_json, Stats, HUGE_ROW, LARGE_ROW, ROWS};
 
     use crate::segment::{segment_of, SegmentKind};
 
@@ -193,6 +196,7 @@ mod front {
                 let block = p as *mut page::Block;
                 if (*page).flags == 0 && (*block).freed != page::freed_mark(p) {
                     (*block).freed = page::freed_mark(p);
+                    (*heap).counts.count_free((*page).class as usize);
                     (*block).next = (*page).local_free;
                     (*page).local_free = block;
                     (*page).used -= 1;

@@ -36,6 +36,7 @@ use crate::heap::Heap;
 use crate::list::{Linked, LockedList};
 use crate::os;
 use crate::page::Page;
+use crate::stats;
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, MapWord, Ordering, SpinLock};
 use core::cell::UnsafeCell;
 use core::ptr;
@@ -82,6 +83,9 @@ pub(crate) struct Segment {
     pub(crate) used_pages: u32,
     /// Free, dirty pages waiting to be purged. Owner only.
     pub(crate) purge_units: u32,
+    /// Pages purged and not handed out since (not committed). For a huge
+    /// segment: 1 when its block area is purged.
+    pub(crate) purged_units: u32,
     /// When `purge_units` is due (ms, monotonic; 0 = nothing scheduled).
     /// For cached segments and huge mappings: when the whole is due.
     pub(crate) purge_at_ms: u64,
@@ -147,6 +151,11 @@ impl Segment {
         let mask = span_mask(first, units);
         let fresh = self.dirty_units & mask == 0;
         self.dirty_units |= mask;
+        let recommitted = self.purged_units & mask;
+        if recommitted != 0 {
+            self.purged_units &= !mask;
+            stats::committed((recommitted.count_ones() as usize * PAGE_SIZE) as isize);
+        }
         fresh
     }
 
@@ -185,6 +194,9 @@ impl Segment {
             unsafe { os::purge(self.page_start(start), len * PAGE_SIZE) };
             bits &= !span_mask(start, len);
         }
+        let purged = self.purge_units & self.free_units & self.dirty_units;
+        stats::committed(-((purged.count_ones() as usize * PAGE_SIZE) as isize));
+        self.purged_units |= purged;
         self.dirty_units &= !(self.purge_units & self.free_units);
         self.purge_units = 0;
         self.purge_at_ms = 0;
@@ -214,6 +226,7 @@ impl Segment {
         self.free_units = ALL_BLOCK_PAGES;
         if fresh {
             self.dirty_units = 0;
+            self.purged_units = 0;
         }
         self.used_pages = 0;
         self.purge_units = 0;
@@ -302,6 +315,8 @@ pub(crate) fn segment_alloc() -> *mut Segment {
         return p;
     }
     advise_thp(p as *mut u8, SEGMENT_SIZE);
+    stats::segment_mapped(1);
+    stats::committed(SEGMENT_SIZE as isize);
     // SAFETY: p is a fresh, zeroed, exclusive 2 MiB mapping.
     unsafe { (*p).init_normal(true) };
     map_set(p, true);
@@ -334,11 +349,25 @@ pub(crate) unsafe fn segment_free(segment: *mut Segment) {
         seg.schedule_purge(1, PAGES_PER_SEGMENT - 1)
     };
     if !SEGMENT_CACHE.push(segment, SEGMENT_CACHE_MAX) {
-        map_set(segment, false);
         // SAFETY: the segment is unreferenced and was mapped with this size.
-        unsafe { os::unmap(segment as *mut u8, SEGMENT_SIZE) };
+        unsafe { segment_unmap(segment) };
     } else if deadline != 0 {
         GLOBAL_PURGE_AT.fetch_min(deadline, Ordering::Relaxed);
+    }
+}
+
+/// Returns an unreferenced normal segment to the OS.
+///
+/// # Safety
+/// `segment` must be a mapped normal segment no heap or list refers to.
+unsafe fn segment_unmap(segment: *mut Segment) {
+    // SAFETY: the caller guarantees the segment is ours and unreferenced.
+    unsafe {
+        let purged = (*segment).purged_units.count_ones() as usize * PAGE_SIZE;
+        stats::committed(-((SEGMENT_SIZE - purged) as isize));
+        stats::segment_mapped(-1);
+        map_set(segment, false);
+        os::unmap(segment as *mut u8, SEGMENT_SIZE);
     }
 }
 
@@ -396,8 +425,7 @@ pub(crate) fn purge_global(now: u64, force: bool) {
                 }
             }
             if !SEGMENT_CACHE.push(seg, SEGMENT_CACHE_MAX) {
-                map_set(seg, false);
-                os::unmap(seg as *mut u8, SEGMENT_SIZE);
+                segment_unmap(seg);
             }
         }
     }
@@ -558,8 +586,13 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
             // ours; its block is mapped and at least a page long.
             let zero = unsafe {
                 (*(p as *mut crate::page::Block)).freed = 0;
+                if (*cached).purged_units != 0 {
+                    (*cached).purged_units = 0;
+                    stats::committed(((*cached).mapping_size - PAGE_SIZE) as isize);
+                }
                 (*cached).dirty_units == 0
             };
+            stats::huge_in_use(1);
             return (p, zero);
         }
     }
@@ -574,6 +607,8 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
         return (ptr::null_mut(), false);
     }
     advise_thp(segment as *mut u8, total);
+    stats::committed(total as isize);
+    stats::huge_in_use(1);
     // SAFETY: segment is a fresh, zeroed mapping of `total >= PAGE_SIZE` bytes.
     unsafe {
         (*segment).kind = SegmentKind::Huge;
@@ -611,14 +646,15 @@ fn purge_huge_cache(now: u64, force: bool) -> u64 {
         // block area holds no live data.
         unsafe {
             os::purge((s as *mut u8).add(PAGE_SIZE), (*s).mapping_size - PAGE_SIZE);
+            stats::committed(-(((*s).mapping_size - PAGE_SIZE) as isize));
+            (*s).purged_units = 1;
             (*s).dirty_units = 0;
             (*s).purge_at_ms = 0;
         }
         let victim = huge_cache_put(s);
         if !victim.is_null() {
-            map_set(victim, false);
             // SAFETY: victim is an unused huge segment no list refers to.
-            unsafe { os::unmap(victim as *mut u8, (*victim).mapping_size) };
+            unsafe { huge_unmap(victim) };
         }
     }
     next
@@ -653,6 +689,7 @@ pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: u
     if unsafe { os::remap_in_place(segment as *mut u8, old_total, new_total) } {
         // SAFETY: as above.
         unsafe { (*segment).mapping_size = new_total };
+        stats::committed(new_total as isize - old_total as isize);
         return p;
     }
     let target = os::map_aligned(new_total, SEGMENT_SIZE, 0);
@@ -669,6 +706,7 @@ pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: u
     let moved = target as *mut Segment;
     // SAFETY: the header moved with the mapping to `target`.
     unsafe { (*moved).mapping_size = new_total };
+    stats::committed(new_total as isize - old_total as isize);
     map_set(moved, true);
     (target as usize + PAGE_SIZE) as *mut u8
 }
@@ -688,6 +726,7 @@ pub(crate) unsafe fn huge_usable_size(segment: *const Segment, p: *const u8) -> 
 /// # Safety
 /// `segment` must be the live huge segment of block `p`, no longer used.
 pub(crate) unsafe fn huge_free(segment: *mut Segment, p: *const u8) {
+    stats::huge_in_use(-1);
     let delay = config().purge_delay_ms;
     let victim = if p as usize == segment as usize + PAGE_SIZE && delay != 0 {
         // SAFETY: the caller guarantees segment is an unused huge segment.
@@ -705,9 +744,27 @@ pub(crate) unsafe fn huge_free(segment: *mut Segment, p: *const u8) {
         segment
     };
     if !victim.is_null() {
-        map_set(victim, false);
         // SAFETY: victim is an unused huge segment no list refers to.
-        unsafe { os::unmap(victim as *mut u8, (*victim).mapping_size) };
+        unsafe { huge_unmap(victim) };
+    }
+}
+
+/// Returns an unreferenced huge segment to the OS.
+///
+/// # Safety
+/// `segment` must be a mapped huge segment no list refers to.
+unsafe fn huge_unmap(segment: *mut Segment) {
+    // SAFETY: the caller guarantees the segment is ours and unreferenced.
+    unsafe {
+        let size = (*segment).mapping_size;
+        let purged = if (*segment).purged_units != 0 {
+            size - PAGE_SIZE
+        } else {
+            0
+        };
+        stats::committed(-((size - purged) as isize));
+        map_set(segment, false);
+        os::unmap(segment as *mut u8, size);
     }
 }
 

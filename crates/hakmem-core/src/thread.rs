@@ -109,6 +109,9 @@ fn process_init() {
         unsafe {
             libc::pthread_key_create(&raw mut THREAD_KEY, Some(thread_exit));
             libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
+            if crate::config::config().stats {
+                libc::atexit(crate::stats::print_at_exit);
+            }
         }
         // Release: publishes THREAD_KEY to the Acquire loads above and below.
         PROCESS_INIT.store(INIT_DONE, Ordering::Release);

@@ -110,8 +110,9 @@ pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize) -> *mut u8 {
         let page = (*heap).direct[class];
         let block = (*page).free;
         if !block.is_null() {
-            (*page).free = (*block).next;
+            (*page).free = (*page).next_of(block);
             (*block).freed = 0;
+            (*page).on_alloc(block as *const u8);
             (*page).used += 1;
             (*heap).counts.count_alloc(class);
             return block as *mut u8;
@@ -224,7 +225,7 @@ pub(crate) fn alloc_large(size: usize) -> (*mut u8, bool) {
     if heap.is_null() {
         return (ptr::null_mut(), false);
     }
-    let units = size.div_ceil(PAGE_SIZE).max(1);
+    let units = (size + crate::page::GUARD_BYTES).div_ceil(PAGE_SIZE).max(1);
     // SAFETY: heap is this thread's heap.
     unsafe {
         let page = page_alloc(heap, LARGE_CLASS, units, units * PAGE_SIZE);
@@ -272,14 +273,14 @@ unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_size: usize
         };
         let fresh = (*seg).mark_dirty(first, units);
         let page = &mut (*seg).pages[first] as *mut Page;
-        (*page).init(
-            class,
-            block_size,
-            (*seg).page_start(first),
-            units as u32,
-            units * PAGE_SIZE,
-            fresh,
-        );
+        let guard = if first + units == PAGES_PER_SEGMENT {
+            crate::page::GUARD_BYTES
+        } else {
+            0
+        };
+        let bytes = units * PAGE_SIZE - guard;
+        let block_size = if class == LARGE_CLASS { bytes } else { block_size };
+        (*page).init(class, block_size, (*seg).page_start(first), units as u32, bytes, fresh);
         for k in 1..units {
             (*seg).pages[first + k].span_offset = (k * core::mem::size_of::<Page>()) as u32;
         }
@@ -629,7 +630,11 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
         let page = (*seg).page_of(p);
         let heap = thread::heap();
         if (*seg).heap.load(Ordering::Relaxed) == heap {
-            (*block).next = (*page).local_free;
+            if (*page).on_free_was_free(p) {
+                crate::os::report_pointer("free", "double free of", p);
+                return;
+            }
+            (*block).next = (*page).encode((*page).local_free);
             (*page).local_free = block;
             (*page).used -= 1;
             if (*page).flags & PAGE_IN_FULL != 0 {
@@ -638,6 +643,8 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
             } else if (*page).used == 0 {
                 page_retire(heap, seg, page);
             }
+        } else if (*page).on_free_was_free(p) {
+            crate::os::report_pointer("free", "double free of", p);
         } else if (*page).push_remote(block) {
             (*seg).notify(page);
         }

@@ -194,10 +194,10 @@ mod front {
             if (*seg).heap.load(sync::Ordering::Relaxed) == heap {
                 let page = (*seg).page_of(p);
                 let block = p as *mut page::Block;
-                if (*page).flags == 0 && (*block).freed != page::freed_mark(p) {
+                if (*page).flags == 0 && (*block).freed != page::freed_mark(p) && !(*page).on_free_was_free(p) {
                     (*block).freed = page::freed_mark(p);
                     (*heap).counts.count_free((*page).class as usize);
-                    (*block).next = (*page).local_free;
+                    (*block).next = (*page).encode((*page).local_free);
                     (*page).local_free = block;
                     (*page).used -= 1;
                     if (*page).used == 0 {

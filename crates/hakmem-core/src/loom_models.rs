@@ -78,7 +78,7 @@ fn remote_frees_are_collected_exactly_once() {
         unsafe {
             (*page.0).collect_remote();
             let b = blocks[2] as *mut Block;
-            (*b).next = (*page.0).local_free;
+            (*b).next = (*page.0).encode((*page.0).local_free);
             (*page.0).local_free = b;
             (*page.0).used -= 1;
         }

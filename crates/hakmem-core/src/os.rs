@@ -189,6 +189,29 @@ pub(crate) unsafe fn remap_in_place(p: *mut u8, old: usize, new: usize) -> bool 
     unsafe { libc::mremap(p.cast(), old, new, 0) != libc::MAP_FAILED }
 }
 
+/// Makes `[p, p + size)` inaccessible (guard pages of `secure` builds).
+///
+/// # Safety
+/// The range must be part of a mapping of this module and never handed out.
+pub(crate) unsafe fn protect_none(p: *mut u8, size: usize) {
+    let _keep = KeepErrno::new();
+    // SAFETY: the caller guarantees the range is ours and unused.
+    unsafe { libc::mprotect(p.cast(), size, libc::PROT_NONE) };
+}
+
+/// Random bits from the kernel (for the `secure` feature's keys).
+#[cfg(feature = "secure")]
+pub(crate) fn random_usize() -> usize {
+    let _keep = KeepErrno::new();
+    let mut v: usize = 0;
+    // SAFETY: v is a valid buffer of its size.
+    let n = unsafe { libc::getrandom((&raw mut v).cast(), core::mem::size_of::<usize>(), 0) };
+    if n != core::mem::size_of::<usize>() as isize {
+        v = now_ms() as usize ^ (&raw const v as usize);
+    }
+    v
+}
+
 /// Milliseconds of a monotonic clock (vDSO: no system call).
 pub(crate) fn now_ms() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };

@@ -19,6 +19,8 @@
 //! `used == capacity - |free| - |local_free|`, where blocks sitting in
 //! `remote_free` still count as used until the owner collects them.
 
+#[cfg(feature = "secure")]
+use crate::sync::AtomicU64;
 use crate::sync::{AtomicUsize, Ordering};
 use core::ptr;
 
@@ -50,6 +52,19 @@ pub(crate) const FULL_NOTIFY: usize = 1;
 /// `flags` bit: the page is parked as full (not in its class queue) or holds
 /// a large block; any free into it takes the slow path.
 pub(crate) const PAGE_IN_FULL: u8 = 1;
+
+/// Process-wide secret mixed into every page's list key (`secure` feature),
+/// drawn from `getrandom` once at start-up.
+#[cfg(feature = "secure")]
+pub(crate) static SECRET: AtomicUsize = AtomicUsize::new(0x2545_f491_4f6c_dd1d);
+
+/// Bytes at the end of every segment and huge mapping made inaccessible in
+/// `secure` builds (a guard page between neighbours).
+pub(crate) const GUARD_BYTES: usize = if cfg!(feature = "secure") { 4096 } else { 0 };
+
+/// Blocks per page tracked by the `secure` free bitmap (64 KiB / 16 B).
+#[cfg(feature = "secure")]
+const MAP_WORDS: usize = 64;
 
 /// Minimum bytes carved per extension (blocks are carved lazily).
 const EXTEND_BYTES: usize = 4096;
@@ -91,6 +106,12 @@ pub(crate) struct Page {
     pub(crate) units: u32,
     /// Bytes from this `Page` back to its span's head `Page` (0 for heads).
     pub(crate) span_offset: u32,
+    /// `secure`: key XORed into every free-list link of this page.
+    #[cfg(feature = "secure")]
+    key: usize,
+    /// `secure`: one bit per block, set while the block is free.
+    #[cfg(feature = "secure")]
+    free_map: [AtomicU64; MAP_WORDS],
 }
 
 impl Page {
@@ -125,6 +146,10 @@ impl Page {
             prev: ptr::null_mut(),
             units: 0,
             span_offset: 0,
+            #[cfg(feature = "secure")]
+            key: 0,
+            #[cfg(feature = "secure")]
+            free_map: [const { AtomicU64::new(0) }; MAP_WORDS],
         }
     }
 
@@ -148,6 +173,79 @@ impl Page {
         self.prev = ptr::null_mut();
         self.units = units;
         self.span_offset = 0;
+        #[cfg(feature = "secure")]
+        {
+            let secret = SECRET.load(Ordering::Relaxed);
+            self.key = (start as usize ^ secret)
+                .rotate_left(17)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                | 1;
+            for w in self.free_map.iter() {
+                w.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A free-list link as stored in a block (`secure`: XORed with the key).
+    #[inline(always)]
+    pub(crate) fn encode(&self, p: *mut Block) -> *mut Block {
+        #[cfg(feature = "secure")]
+        return (p as usize ^ self.key) as *mut Block;
+        #[cfg(not(feature = "secure"))]
+        p
+    }
+
+    /// The link stored in `block`, decoded (`secure`: and checked to point at
+    /// a block of this page, so a corrupted free list is reported instead of
+    /// handing out foreign memory).
+    #[inline(always)]
+    pub(crate) fn next_of(&self, block: *mut Block) -> *mut Block {
+        // SAFETY: block is a free block of this page (callers walk its lists).
+        let raw = unsafe { (*block).next };
+        #[cfg(feature = "secure")]
+        {
+            let next = (raw as usize ^ self.key) as *mut Block;
+            if !next.is_null() && !self.is_block_start(next as *const u8) {
+                crate::os::fatal_pointer(
+                    "malloc",
+                    "free list corrupted (write after free?) at block",
+                    block as *const u8,
+                );
+            }
+            next
+        }
+        #[cfg(not(feature = "secure"))]
+        raw
+    }
+
+    /// `secure`: notes that `block` was handed out.
+    #[inline(always)]
+    pub(crate) fn on_alloc(&self, _block: *const u8) {
+        #[cfg(feature = "secure")]
+        {
+            let (word, bit) = self.map_slot(_block);
+            self.free_map[word].fetch_and(!bit, Ordering::Relaxed);
+        }
+    }
+
+    /// `secure`: notes that `block` is being freed; true when it already was
+    /// (a double free the freed mark missed, e.g. after a write after free).
+    #[inline(always)]
+    pub(crate) fn on_free_was_free(&self, _block: *const u8) -> bool {
+        #[cfg(feature = "secure")]
+        {
+            let (word, bit) = self.map_slot(_block);
+            return self.free_map[word].fetch_or(bit, Ordering::Relaxed) & bit != 0;
+        }
+        #[cfg(not(feature = "secure"))]
+        false
+    }
+
+    #[cfg(feature = "secure")]
+    fn map_slot(&self, block: *const u8) -> (usize, u64) {
+        let off = (block as usize - self.start as usize) as u128;
+        let index = ((off * self.divisor_magic as u128) >> 64) as usize;
+        ((index / 64) % MAP_WORDS, 1u64 << (index % 64))
     }
 
     /// Carves the next few blocks into `free` (which must be empty).
@@ -160,18 +258,34 @@ impl Page {
         }
         let n = (EXTEND_BYTES / self.block_size).max(EXTEND_MIN_BLOCKS).min(remaining);
         let bs = self.block_size;
-        // SAFETY: blocks capacity..capacity+n lie inside the span (n <= remaining),
+        let base = self.capacity as usize;
+        // Carving order: ascending, or (`secure`) a random permutation so the
+        // next block's address cannot be predicted from the last one's.
+        let mut order = [0u16; EXTEND_BYTES / 16];
+        for (i, o) in order.iter_mut().enumerate().take(n) {
+            *o = i as u16;
+        }
+        #[cfg(feature = "secure")]
+        {
+            let mut x = (self.key ^ base).wrapping_add(crate::os::now_ms() as usize) | 1;
+            for i in (1..n).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                order.swap(i, x % (i + 1));
+            }
+        }
+        // SAFETY: blocks base..base+n lie inside the span (n <= remaining),
         // which is mapped read-write and owned by this page's owner.
         unsafe {
-            let first = self.start.add(self.capacity as usize * bs);
-            let mut b = first;
-            for _ in 1..n {
-                let next = b.add(bs);
-                (*(b as *mut Block)).next = next as *mut Block;
-                b = next;
+            let block = |i: u16| self.start.add((base + i as usize) * bs) as *mut Block;
+            for w in order[..n].windows(2) {
+                (*block(w[0])).next = self.encode(block(w[1]));
+                self.on_free_was_free(block(w[0]) as *const u8);
             }
-            (*(b as *mut Block)).next = ptr::null_mut();
-            self.free = first as *mut Block;
+            (*block(order[n - 1])).next = self.encode(ptr::null_mut());
+            self.on_free_was_free(block(order[n - 1]) as *const u8);
+            self.free = block(order[0]);
         }
         self.capacity += n as u32;
         true
@@ -182,11 +296,10 @@ impl Page {
     pub(crate) fn pop(&mut self) -> *mut u8 {
         let b = self.free;
         debug_assert!(!b.is_null());
-        // SAFETY: b is a free block of this page; its first word is its link.
-        unsafe {
-            self.free = (*b).next;
-            (*b).freed = 0;
-        }
+        self.free = self.next_of(b);
+        // SAFETY: b is a free block of this page, now handed out.
+        unsafe { (*b).freed = 0 };
+        self.on_alloc(b as *const u8);
         self.used += 1;
         b as *mut u8
     }
@@ -225,11 +338,15 @@ impl Page {
         // SAFETY: every block on the remote stack is a block of this page
         // pushed by `push_remote`; the swap gave this thread the whole stack.
         unsafe {
-            while !(*tail).next.is_null() {
-                tail = (*tail).next;
+            loop {
+                let next = self.next_of(tail);
+                if next.is_null() {
+                    break;
+                }
+                tail = next;
                 count += 1;
             }
-            (*tail).next = self.free;
+            (*tail).next = self.encode(self.free);
         }
         self.free = head;
         self.free_is_zero = false;
@@ -244,7 +361,7 @@ impl Page {
         loop {
             // SAFETY: block is a block of this page being freed by the
             // caller, who owns it until the CAS publishes it.
-            unsafe { (*block).next = (old & !FULL_NOTIFY) as *mut Block };
+            unsafe { (*block).next = self.encode((old & !FULL_NOTIFY) as *mut Block) };
             // Release: publishes the link write above (and the user's writes
             // to the block) to the owner's Acquire swap in `collect_remote`.
             match self
@@ -289,8 +406,7 @@ impl Page {
             if n > self.capacity {
                 return None;
             }
-            // SAFETY: list points at a carved block of this page (checked above).
-            list = unsafe { (*list).next };
+            list = self.next_of(list);
         }
         Some(n)
     }
@@ -347,7 +463,7 @@ mod tests {
         let b = page.pop();
         let b_block = b as *mut Block;
         // SAFETY: b is a block of the page just popped.
-        unsafe { (*b_block).next = page.local_free };
+        unsafe { (*b_block).next = page.encode(page.local_free) };
         page.local_free = b_block;
         page.used -= 1;
         assert!(page.is_valid());

@@ -107,6 +107,8 @@ fn process_init() {
         // SAFETY: only this thread writes THREAD_KEY (INIT_RUNNING is ours);
         // readers wait for INIT_DONE. The handlers are valid for the process.
         unsafe {
+            #[cfg(feature = "secure")]
+            crate::page::SECRET.store(crate::os::random_usize(), Ordering::Relaxed);
             libc::pthread_key_create(&raw mut THREAD_KEY, Some(thread_exit));
             libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
             if crate::config::config().stats {

@@ -63,6 +63,20 @@ fn scenario(name: &str) {
                     std::process::exit(3);
                 }
             }
+            "double-free-after-overwrite" => {
+                let p = hakmem_core::malloc(100);
+                hakmem_core::free(p);
+                std::ptr::write_bytes(p, 0, 16); // a write after free wipes the freed mark
+                hakmem_core::free(p);
+            }
+            "write-after-free" => {
+                let p = hakmem_core::malloc(64);
+                hakmem_core::free(p);
+                (p as *mut usize).write(0x4141_4141_4141_4141); // corrupts the free-list link
+                for _ in 0..1000 {
+                    std::hint::black_box(hakmem_core::malloc(64));
+                }
+            }
             _ => panic!("unknown scenario {name}"),
         }
     }
@@ -126,6 +140,23 @@ fn on_error_warn_reports_and_continues() {
         assert!(
             stderr.contains(&format!("scenario {name} returned")),
             "{name}: {stderr}"
+        );
+    }
+}
+
+/// The `secure` build also catches misuse that defeats the default checks.
+#[test]
+#[cfg_attr(not(feature = "secure"), ignore = "needs the secure feature")]
+fn secure_build_catches_writes_after_free() {
+    for (name, message) in [
+        ("double-free-after-overwrite", "free(): double free of 0x"),
+        ("write-after-free", "malloc(): free list corrupted"),
+    ] {
+        let (status, stderr) = run_child(name, None);
+        assert_eq!(status.signal(), Some(libc::SIGABRT), "{name}: {status:?}\n{stderr}");
+        assert!(
+            stderr.contains(&format!("hakmem: {message}")),
+            "{name}: stderr was:\n{stderr}"
         );
     }
 }

@@ -233,12 +233,13 @@ impl Page {
     #[inline(always)]
     pub(crate) fn on_free_was_free(&self, _block: *const u8) -> bool {
         #[cfg(feature = "secure")]
-        {
+        let was_free = {
             let (word, bit) = self.map_slot(_block);
-            return self.free_map[word].fetch_or(bit, Ordering::Relaxed) & bit != 0;
-        }
+            self.free_map[word].fetch_or(bit, Ordering::Relaxed) & bit != 0
+        };
         #[cfg(not(feature = "secure"))]
-        false
+        let was_free = false;
+        was_free
     }
 
     #[cfg(feature = "secure")]

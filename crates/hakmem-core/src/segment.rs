@@ -316,7 +316,7 @@ pub(crate) fn segment_alloc() -> *mut Segment {
         return p;
     }
     advise_thp(p as *mut u8, SEGMENT_SIZE);
-    if GUARD_BYTES > 0 {
+    if cfg!(feature = "secure") {
         // SAFETY: the last bytes of the fresh segment; never handed out.
         unsafe { os::protect_none((p as *mut u8).add(SEGMENT_SIZE - GUARD_BYTES), GUARD_BYTES) };
     }
@@ -612,7 +612,7 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
         return (ptr::null_mut(), false);
     }
     advise_thp(segment as *mut u8, total);
-    if GUARD_BYTES > 0 {
+    if cfg!(feature = "secure") {
         // SAFETY: the last bytes of the fresh mapping, past the block.
         unsafe { os::protect_none((segment as *mut u8).add(total - GUARD_BYTES), GUARD_BYTES) };
     }
@@ -679,7 +679,7 @@ fn purge_huge_cache(now: u64, force: bool) -> u64 {
 /// `segment` must be the live huge segment of block `p`, used by the caller only.
 pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: usize) -> *mut u8 {
     // A guard page would end up inside the block: `secure` builds copy.
-    if GUARD_BYTES > 0 || p as usize != segment as usize + PAGE_SIZE {
+    if cfg!(feature = "secure") || p as usize != segment as usize + PAGE_SIZE {
         return ptr::null_mut();
     }
     let Some(new_total) = new_size

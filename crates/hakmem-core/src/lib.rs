@@ -57,7 +57,7 @@ mod front {
 
     pub use crate::class::{MEDIUM_SIZE_MAX, SMALL_SIZE_MAX};
     pub use crate::config::{config, Config, OnError, DEFAULT_PURGE_DELAY_MS};
-    pub use crate::os::{os_counters, OsCounters};
+    pub use crate::os::{os_counters, OsCounters, OS_PAGE_SIZE};
     pub use crate::segment::{abandoned_count, cached_count, LARGE_SIZE_MAX, PAGE_SIZE, SEGMENT_SIZE};
     pub use crate::stats::{print_stats, stats, stats_json, Stats, HUGE_ROW, LARGE_ROW, ROWS};
 
@@ -189,24 +189,42 @@ mod front {
     pub unsafe fn free(p: *mut u8) {
         let seg = segment_of(p);
         let heap = thread::heap();
-        // SAFETY: p is a live hakmem block, so seg is its segment header.
+        // SAFETY: p is a live hakmem block, so seg is its segment header
+        // and (for an owned, normal segment) page_of finds its page.
         unsafe {
             if (*seg).heap.load(sync::Ordering::Relaxed) == heap {
-                let page = (*seg).page_of(p);
-                let block = p as *mut page::Block;
-                if (*page).flags == 0 && (*block).freed != page::freed_mark(p) && !(*page).on_free_was_free(p) {
-                    (*block).freed = page::freed_mark(p);
-                    (*heap).counts.count_free((*page).class as usize);
-                    (*block).next = (*page).encode((*page).local_free);
-                    (*page).local_free = block;
-                    (*page).used -= 1;
-                    if (*page).used == 0 {
-                        heap::page_retire(heap, seg, page);
-                    }
-                    return;
-                }
+                free_owned(heap, seg, (*seg).page_of(p), p)
+            } else {
+                heap::free_slow(seg, p)
             }
-            heap::free_slow(seg, p)
+        }
+    }
+
+    /// The local free of block `p` of `page` in `seg`, owned by `heap` (the
+    /// caller's): push on `local_free` unless the page is parked or the
+    /// block carries the freed mark (then the slow path sorts it out).
+    ///
+    /// # Safety
+    /// `p` must be a block start of `page`, a page of `seg`, and `seg` owned
+    /// by `heap`, the calling thread's heap.
+    #[inline(always)]
+    unsafe fn free_owned(heap: *mut heap::Heap, seg: *mut segment::Segment, page: *mut page::Page, p: *mut u8) {
+        let block = p as *mut page::Block;
+        // SAFETY: the caller guarantees page, seg and heap are the block's
+        // and the caller's own.
+        unsafe {
+            if (*page).flags == 0 && (*block).freed != page::freed_mark(p) && !(*page).on_free_was_free(p) {
+                (*block).freed = page::freed_mark(p);
+                (*heap).counts.count_free((*page).class as usize);
+                (*block).next = (*page).encode((*page).local_free);
+                (*page).local_free = block;
+                (*page).used -= 1;
+                if (*page).used == 0 {
+                    heap::page_retire(heap, seg, page);
+                }
+            } else {
+                heap::free_slow(seg, p)
+            }
         }
     }
 
@@ -354,13 +372,29 @@ mod front {
             os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
             return;
         }
-        // SAFETY: seg is a live segment header (segment map).
-        if !unsafe { is_block_start(seg, p) } {
-            os::report_pointer("free", "invalid pointer (not the start of a hakmem block)", p);
-            return;
+        // SAFETY: the segment map says seg is a live segment header; for a
+        // normal segment page_of stays inside its header.
+        unsafe {
+            if (*seg).kind == SegmentKind::Huge {
+                if !is_block_start(seg, p) {
+                    os::report_pointer("free", "invalid pointer (not the start of a hakmem block)", p);
+                    return;
+                }
+                return heap::free_slow(seg, p);
+            }
+            let page = (*seg).page_of(p);
+            if !((*page).in_use && (*page).is_block_start(p)) {
+                os::report_pointer("free", "invalid pointer (not the start of a hakmem block)", p);
+                return;
+            }
+            // p starts a carved block of a live page; the freed mark (checked
+            // by free_owned/free_slow) catches a double free.
+            let heap = thread::heap();
+            if (*seg).heap.load(sync::Ordering::Relaxed) == heap {
+                free_owned(heap, seg, page, p)
+            } else {
+                heap::free_slow(seg, p)
+            }
         }
-        // SAFETY: p is the start of a block of a live hakmem page; `free`
-        // itself catches a double free by the block's freed mark.
-        unsafe { free(p) }
     }
 }

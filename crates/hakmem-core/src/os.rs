@@ -37,7 +37,7 @@ pub fn os_counters() -> OsCounters {
 }
 
 /// The OS page size hakmem assumes for rounding mappings (x86-64 Linux).
-pub(crate) const OS_PAGE_SIZE: usize = 4096;
+pub const OS_PAGE_SIZE: usize = 4096;
 
 /// Saves `errno` on creation and restores it on drop (snmalloc's `KeepErrno`).
 struct KeepErrno(i32);

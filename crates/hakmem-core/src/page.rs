@@ -35,6 +35,9 @@ pub(crate) struct Block {
     pub(crate) freed: usize,
 }
 
+/// The smallest block: a link and a freed mark.
+pub(crate) const MIN_BLOCK_SIZE: usize = core::mem::size_of::<Block>();
+
 /// Key of the freed mark; a user value equal to `address ^ FREED_KEY` stored
 /// in the second word of a live block is needed to trigger a false report.
 const FREED_KEY: usize = 0x9e37_79b9_7f4a_7c15;

@@ -571,6 +571,9 @@ fn huge_cache_put(segment: *mut Segment) -> *mut Segment {
 /// block (null when the OS refuses or the size overflows) and whether it is
 /// known to be zeroed.
 pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
+    // Every block has room for its free-list link and freed mark, also a
+    // zero-sized one placed at the end of a 2 MiB-aligned mapping.
+    let size = size.max(crate::page::MIN_BLOCK_SIZE);
     let offset = huge_offset(align);
     let Some(total) = size
         .checked_add(offset + GUARD_BYTES)
@@ -902,6 +905,19 @@ mod tests {
             assert_eq!((*s).dirty_units & (0b1111 << first), 0);
             assert_eq!(*(*s).page_start(first), 0, "purged memory reads as zero");
             segment_free(s);
+        }
+    }
+
+    #[test]
+    fn zero_sized_huge_blocks_have_room_for_their_links() {
+        for align in [2 << 20, 4 << 20] {
+            let (p, _) = huge_alloc(0, align);
+            // SAFETY: p is a live huge block.
+            unsafe {
+                assert!(huge_usable_size(segment_of(p), p) >= 16);
+                *p.add(15) = 1;
+                huge_free(segment_of(p), p);
+            }
         }
     }
 

@@ -1,0 +1,249 @@
+//! The C ABI of libhakmem, seen from C programs (`tests/c/`): every
+//! exported function's edge cases, foreign-pointer detection, the exported
+//! symbol set, and the shape of the built shared library.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use std::time::Duration;
+use support::{compile_c, libs, run, Link};
+
+const LIMIT: Duration = Duration::from_secs(60);
+const VERSION_DEFINE: &str = concat!("HAKMEM_EXPECTED_VERSION=\"", env!("CARGO_PKG_VERSION"), "\"");
+
+/// Every symbol libhakmem.so exports: glibc's allocator API, glibc's
+/// aliases, and the `hakmem_*` extensions of include/hakmem.h.
+const EXPORTS: [&str; 26] = [
+    "__libc_calloc",
+    "__libc_free",
+    "__libc_malloc",
+    "__libc_memalign",
+    "__libc_pvalloc",
+    "__libc_realloc",
+    "__libc_valloc",
+    "aligned_alloc",
+    "calloc",
+    "cfree",
+    "free",
+    "hakmem_collect",
+    "hakmem_os_counters",
+    "hakmem_owns",
+    "hakmem_stats_json",
+    "hakmem_stats_print",
+    "hakmem_version",
+    "malloc",
+    "malloc_trim",
+    "malloc_usable_size",
+    "memalign",
+    "posix_memalign",
+    "pvalloc",
+    "realloc",
+    "reallocarray",
+    "valloc",
+];
+
+fn run_edge_cases(link: Link) {
+    let exe = compile_c("edge_cases.c", link, &[VERSION_DEFINE]);
+    let outcome = run(Command::new(&exe), link.preload(), LIMIT);
+    outcome.assert_success(&format!("edge_cases ({link:?})"));
+    let stdout = outcome.stdout_text();
+    assert!(stdout.contains(" checks, 0 failures"), "{stdout}");
+    // hakmem_stats_print's report, and nothing else.
+    let stderr = outcome.stderr_text();
+    assert!(
+        stderr.starts_with("hakmem: committed_kib="),
+        "stats report missing: {stderr}"
+    );
+    assert!(stderr.contains("\nhakmem: mmap="), "{stderr}");
+    assert!(stderr.lines().all(|l| l.starts_with("hakmem: ")), "{stderr}");
+}
+
+/// The executable itself defines the allocator (`T`), so every call,
+/// glibc's internal ones included, reaches hakmem.
+fn assert_defines_allocator(exe: &std::path::Path) {
+    let nm = Command::new("nm").arg(exe).output().expect("run nm (binutils)");
+    assert!(nm.status.success(), "nm failed");
+    let text = String::from_utf8_lossy(&nm.stdout);
+    for name in [
+        "malloc",
+        "free",
+        "calloc",
+        "realloc",
+        "posix_memalign",
+        "hakmem_version",
+    ] {
+        let defined = text.lines().any(|l| {
+            let mut fields = l.split_whitespace();
+            matches!((fields.next(), fields.next(), fields.next()), (Some(_), Some("T"), Some(n)) if n == name)
+        });
+        assert!(defined, "{name} is not defined in {}", exe.display());
+    }
+}
+
+#[test]
+fn edge_cases_hold_under_ld_preload() {
+    run_edge_cases(Link::Preload);
+}
+
+#[test]
+fn edge_cases_hold_linked_with_the_archive() {
+    run_edge_cases(Link::Archive);
+    assert_defines_allocator(&compile_c("edge_cases.c", Link::Archive, &[VERSION_DEFINE]));
+}
+
+#[test]
+fn edge_cases_hold_in_a_fully_static_program() {
+    run_edge_cases(Link::FullyStatic);
+    assert_defines_allocator(&compile_c("edge_cases.c", Link::FullyStatic, &[VERSION_DEFINE]));
+}
+
+/// (operation argument, C function named in the diagnostic)
+const POINTER_OPS: [(&str, &str); 4] = [
+    ("free", "free"),
+    ("realloc", "realloc"),
+    ("realloc0", "realloc"),
+    ("usable", "malloc_usable_size"),
+];
+
+#[test]
+fn bad_pointers_abort_with_a_diagnostic() {
+    for link in [Link::Preload, Link::Archive] {
+        let exe = compile_c("foreign_pointer.c", link, &[]);
+        for (op, function) in POINTER_OPS {
+            // free's own fast path reports "double free of 0x...", the
+            // checks before realloc and malloc_usable_size "pointer already freed".
+            for (kind, reason) in [
+                ("stack", "invalid pointer"),
+                ("mmap", "invalid pointer"),
+                ("interior", "invalid pointer"),
+                (
+                    "freed",
+                    if function == "free" {
+                        "double free"
+                    } else {
+                        "pointer already freed"
+                    },
+                ),
+            ] {
+                let mut command = Command::new(&exe);
+                command.args([op, kind]).env_remove("HAKMEM_ON_ERROR");
+                let outcome = run(command, link.preload(), LIMIT);
+                let what = format!("{op} of a {kind} pointer ({link:?})");
+                assert_eq!(
+                    outcome.status.signal(),
+                    Some(libc::SIGABRT),
+                    "{what}: want SIGABRT, got {}; stdout {:?} stderr {:?}",
+                    outcome.status,
+                    outcome.stdout_text(),
+                    outcome.stderr_text()
+                );
+                let stderr = outcome.stderr_text();
+                let expected = format!("hakmem: {function}(): {reason}");
+                assert!(
+                    stderr.starts_with(&expected),
+                    "{what}: stderr {stderr:?}, want {expected:?}..."
+                );
+                assert!(stderr.contains(" 0x"), "{what}: the pointer is named: {stderr:?}");
+                assert!(outcome.stdout.is_empty(), "{what}: the call returned");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_pointers_are_ignored_with_on_error_warn() {
+    let exe = compile_c("foreign_pointer.c", Link::Preload, &[]);
+    let returns = [
+        ("free", "returned\n"),
+        ("realloc", "returned NULL\n"),
+        ("realloc0", "returned NULL\n"),
+        ("usable", "returned 0\n"),
+    ];
+    for ((op, function), (_, returned)) in POINTER_OPS.into_iter().zip(returns) {
+        let mut command = Command::new(&exe);
+        command.args([op, "mmap"]).env("HAKMEM_ON_ERROR", "warn");
+        let outcome = run(command, true, LIMIT);
+        outcome.assert_success(&format!("{op} of a foreign pointer with HAKMEM_ON_ERROR=warn"));
+        assert_eq!(outcome.stdout_text(), returned, "{op}");
+        let expected = format!("hakmem: {function}(): invalid pointer");
+        assert!(
+            outcome.stderr_text().starts_with(&expected),
+            "{op}: {:?}",
+            outcome.stderr_text()
+        );
+    }
+}
+
+#[test]
+fn preload_probe_sees_hakmem_only_when_preloaded() {
+    let exe = compile_c("preload_probe.c", Link::Preload, &[]);
+    let plain = run(Command::new(&exe), false, LIMIT);
+    plain.assert_success("preload_probe without LD_PRELOAD");
+    assert_eq!(plain.stdout_text(), "no hakmem\n");
+    let preloaded = run(Command::new(&exe), true, LIMIT);
+    preloaded.assert_success("preload_probe with LD_PRELOAD");
+    assert_eq!(
+        preloaded.stdout_text(),
+        concat!("hakmem ", env!("CARGO_PKG_VERSION"), " owns-malloc=1 owns-strdup=1\n")
+    );
+}
+
+#[test]
+fn shared_library_exports_exactly_the_allocator_api() {
+    let nm = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&libs().shared)
+        .output()
+        .expect("run nm (binutils)");
+    assert!(nm.status.success(), "nm -D failed");
+    let text = String::from_utf8_lossy(&nm.stdout);
+    let exported: BTreeSet<&str> = text.lines().filter_map(|l| l.split_whitespace().nth(2)).collect();
+    let expected: BTreeSet<&str> = EXPORTS.into_iter().collect();
+    if cfg!(debug_assertions) {
+        // Unoptimised builds link std for unwinding and may export more.
+        assert!(
+            exported.is_superset(&expected),
+            "missing: {:?}",
+            expected.difference(&exported)
+        );
+    } else {
+        assert_eq!(exported, expected);
+    }
+}
+
+/// hakmem-core reaches its thread heap with initial-exec TLS (two `mov`s),
+/// so the release library never calls `__tls_get_addr` and is marked
+/// `STATIC_TLS`. (Debug builds link std, whose thread-locals may use it.)
+#[test]
+fn shared_library_uses_initial_exec_tls_only() {
+    if cfg!(debug_assertions) {
+        eprintln!("skipped: checked on release builds only");
+        return;
+    }
+    let objdump = Command::new("objdump")
+        .arg("-d")
+        .arg(&libs().shared)
+        .output()
+        .expect("run objdump");
+    assert!(objdump.status.success(), "objdump failed");
+    let text = String::from_utf8_lossy(&objdump.stdout);
+    let calls: Vec<&str> = text.lines().filter(|l| l.contains("__tls_get_addr")).collect();
+    assert!(
+        calls.is_empty(),
+        "__tls_get_addr in libhakmem.so:\n{}",
+        calls.join("\n")
+    );
+
+    let readelf = Command::new("readelf")
+        .arg("-d")
+        .arg(&libs().shared)
+        .output()
+        .expect("run readelf");
+    let dynamic = String::from_utf8_lossy(&readelf.stdout);
+    assert!(
+        dynamic.contains("STATIC_TLS"),
+        "libhakmem.so is not marked STATIC_TLS:\n{dynamic}"
+    );
+}

@@ -1,0 +1,166 @@
+//! Whole programs on hakmem: real tools under `LD_PRELOAD` (python3, sort,
+//! git) with their output compared byte for byte to a run on the system
+//! allocator, and C programs that stress threads and fork, preloaded and
+//! linked. Each preloaded run also proves, through the dynamic linker's
+//! `LD_DEBUG=bindings` log, that `malloc` was bound to libhakmem.so.
+
+mod support;
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+use support::{compile_c, have, run, run_both, scratch_dir, workspace_root, Link};
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+/// The interpreter itself, not a wrapper script (pyenv installs a bash
+/// shim named python3 on PATH).
+fn python() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()?;
+    let path = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (out.status.success() && !path.is_empty()).then(|| path.into())
+}
+
+#[test]
+fn python_output_is_unchanged_under_preload() {
+    let Some(python) = python() else {
+        eprintln!("skipped: python3 not found");
+        return;
+    };
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/workload.py");
+    // pymalloc serves small objects from its own arenas; PYTHONMALLOC=malloc
+    // sends every object through malloc/free/realloc.
+    for allocator in ["pymalloc", "malloc"] {
+        let outcome = run_both(&format!("python3 PYTHONMALLOC={allocator}"), LIMIT, || {
+            let mut command = Command::new(&python);
+            command
+                .arg(&script)
+                .env("PYTHONMALLOC", allocator)
+                .env("PYTHONHASHSEED", "0");
+            command
+        });
+        let stdout = outcome.stdout_text();
+        assert!(stdout.ends_with("done\n"), "python3 output: {stdout}");
+    }
+}
+
+#[test]
+fn sort_output_is_unchanged_under_preload() {
+    if !have("sort") {
+        eprintln!("skipped: sort not found");
+        return;
+    }
+    let dir = scratch_dir("sort");
+    let input = dir.join("input.txt");
+    // About 6 MB of pseudo-random lines: word, number, word.
+    let mut text = String::with_capacity(6 << 20);
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..200_000 {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let r = state >> 16;
+        let word: String = (0..(3 + r % 13))
+            .map(|k| char::from(b'a' + ((r >> (3 * k)) % 26) as u8))
+            .collect();
+        let _ = writeln!(text, "{word}\t{}\t{:x}", r % 1_000_003, state);
+    }
+    fs::write(&input, text).expect("write sort input");
+    for args in [
+        &["--parallel=2"][..],
+        &["-t", "\t", "-k2,2n", "-k1,1", "-S", "1M", "--parallel=2"][..],
+    ] {
+        let outcome = run_both(&format!("sort {}", args.join(" ")), LIMIT, || {
+            let mut command = Command::new("sort");
+            command.args(args).arg(&input).env("LC_ALL", "C").env("TMPDIR", &dir);
+            command
+        });
+        assert_eq!(
+            outcome.stdout.len(),
+            fs::metadata(&input).expect("input").len() as usize
+        );
+    }
+}
+
+#[test]
+fn git_output_is_unchanged_under_preload() {
+    let root = workspace_root();
+    let in_repo = Command::new("git")
+        .arg("-C")
+        .arg(&root)
+        .args(["rev-parse", "--verify", "-q", "HEAD"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !in_repo {
+        eprintln!(
+            "skipped: git missing or {} is not a git checkout with commits",
+            root.display()
+        );
+        return;
+    }
+    let commands: [&[&str]; 3] = [
+        &["log", "--stat", "-n", "50"],
+        &["ls-files"],
+        &["grep", "-n", "unsafe", "HEAD", "--", "crates"],
+    ];
+    for args in commands {
+        let outcome = run_both(&format!("git {}", args.join(" ")), LIMIT, || {
+            let mut command = Command::new("git");
+            command
+                .arg("-C")
+                .arg(&root)
+                .args(["--no-pager", "-c", "color.ui=never"])
+                .args(args)
+                .env("GIT_PAGER", "cat");
+            command
+        });
+        assert!(!outcome.stdout.is_empty(), "git {} printed nothing", args.join(" "));
+    }
+}
+
+#[test]
+fn threads_exchanging_blocks_under_preload() {
+    let exe = compile_c("threads.c", Link::Preload, &[]);
+    let outcome = run_both("threads", LIMIT, || Command::new(&exe));
+    assert!(outcome.stdout_text().ends_with("ok\n"), "{}", outcome.stdout_text());
+}
+
+#[test]
+fn threads_exchanging_blocks_linked() {
+    for link in [Link::Archive, Link::FullyStatic] {
+        let exe = compile_c("threads.c", link, &[]);
+        let outcome = run(Command::new(&exe), false, LIMIT);
+        outcome.assert_success(&format!("threads ({link:?})"));
+        assert!(outcome.stdout_text().ends_with("ok\n"), "{}", outcome.stdout_text());
+    }
+}
+
+#[test]
+fn fork_while_threads_allocate_under_preload() {
+    let exe = compile_c("fork.c", Link::Preload, &[]);
+    let outcome = run_both("fork", LIMIT, || Command::new(&exe));
+    assert!(
+        outcome.stdout_text().ends_with(", 0 failed\n"),
+        "{}",
+        outcome.stdout_text()
+    );
+}
+
+#[test]
+fn fork_while_threads_allocate_linked() {
+    for link in [Link::Archive, Link::FullyStatic] {
+        let exe = compile_c("fork.c", link, &[]);
+        let outcome = run(Command::new(&exe), false, LIMIT);
+        outcome.assert_success(&format!("fork ({link:?})"));
+        assert!(
+            outcome.stdout_text().ends_with(", 0 failed\n"),
+            "{}",
+            outcome.stdout_text()
+        );
+    }
+}

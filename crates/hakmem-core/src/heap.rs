@@ -104,10 +104,12 @@ const SWEEP_INTERVAL_MS: u64 = 250;
 /// `heap` must be the calling thread's heap.
 #[inline(always)]
 pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize) -> *mut u8 {
-    // SAFETY: heap is this thread's heap; direct pages are valid (a page of
-    // this heap or the static empty page, whose free list is null).
+    debug_assert!(class < CLASS_COUNT);
+    // SAFETY: heap is this thread's heap; class < CLASS_COUNT (it comes from
+    // the class table); direct pages are valid (a page of this heap or the
+    // static empty page, whose free list is null).
     unsafe {
-        let page = (*heap).direct[class];
+        let page = *(*heap).direct.get_unchecked(class);
         let block = (*page).free;
         if !block.is_null() {
             (*page).free = (*page).next_of(block);
@@ -233,6 +235,7 @@ pub(crate) fn alloc_large(size: usize) -> (*mut u8, bool) {
             return (ptr::null_mut(), false);
         }
         (*page).capacity = 1;
+        (*page).carved_bytes = (*page).block_size as u32;
         (*page).used = 1;
         (*page).flags = PAGE_IN_FULL;
         (*((*page).start as *mut Block)).freed = 0;
@@ -282,7 +285,7 @@ unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_size: usize
         let block_size = if class == LARGE_CLASS { bytes } else { block_size };
         (*page).init(class, block_size, (*seg).page_start(first), units as u32, bytes, fresh);
         for k in 1..units {
-            (*seg).pages[first + k].span_offset = (k * core::mem::size_of::<Page>()) as u32;
+            (*seg).pages[first + k].head = page;
         }
         (*seg).used_pages += 1;
         stats::page_in_use(1);
@@ -476,6 +479,7 @@ unsafe fn release_span(seg: *mut Segment, page: *mut Page) -> u64 {
     // SAFETY: page is an in-use span head of seg, owned by the caller.
     unsafe {
         (*page).in_use = false;
+        (*page).carved_bytes = 0;
         (*page).flags = 0;
         (*page).free = ptr::null_mut();
         (*page).local_free = ptr::null_mut();

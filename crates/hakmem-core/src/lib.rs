@@ -120,8 +120,14 @@ mod front {
             // SAFETY: thread::heap() is this thread's heap.
             unsafe { heap::alloc(thread::heap(), class::class_of(size)) }
         } else {
-            alloc_generic(size, align).0
+            alloc_other(size, align)
         }
+    }
+
+    /// [`alloc_generic`] without the zero flag: a tail call from `alloc`.
+    #[inline(never)]
+    fn alloc_other(size: usize, align: usize) -> *mut u8 {
+        alloc_generic(size, align).0
     }
 
     /// `malloc`: `size` bytes aligned to `MIN_ALIGN`.
@@ -132,7 +138,7 @@ mod front {
 
     /// Large, huge and over-aligned requests. Returns the block and whether it
     /// is known to be zeroed.
-    #[inline(never)]
+    #[inline]
     fn alloc_generic(size: usize, align: usize) -> (*mut u8, bool) {
         debug_assert!(align.is_power_of_two());
         let (p, zero) = if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
@@ -355,8 +361,7 @@ mod front {
             if (*seg).kind == SegmentKind::Huge {
                 off.is_power_of_two() && (PAGE_SIZE..=SEGMENT_SIZE).contains(&off) && off < (*seg).mapping_size
             } else {
-                let page = (*seg).page_of(p);
-                (*page).in_use && (*page).is_block_start(p)
+                (*(*seg).page_of(p)).is_block_start(p)
             }
         }
     }
@@ -369,23 +374,15 @@ mod front {
     pub unsafe fn free_checked(p: *mut u8) {
         let seg = segment_of(p);
         if !segment::is_segment(seg) {
-            os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
-            return;
+            return free_invalid(p);
         }
-        // SAFETY: the segment map says seg is a live segment header; for a
-        // normal segment page_of stays inside its header.
+        // SAFETY: the segment map says seg is a live segment header; p lies
+        // within its first 2 MiB (or is its huge block), so page_of stays in
+        // the header (huge segments read as pages with nothing carved).
         unsafe {
-            if (*seg).kind == SegmentKind::Huge {
-                if !is_block_start(seg, p) {
-                    os::report_pointer("free", "invalid pointer (not the start of a hakmem block)", p);
-                    return;
-                }
-                return heap::free_slow(seg, p);
-            }
             let page = (*seg).page_of(p);
-            if !((*page).in_use && (*page).is_block_start(p)) {
-                os::report_pointer("free", "invalid pointer (not the start of a hakmem block)", p);
-                return;
+            if !(*page).is_block_start(p) {
+                return free_checked_cold(seg, p);
             }
             // p starts a carved block of a live page; the freed mark (checked
             // by free_owned/free_slow) catches a double free.
@@ -394,6 +391,29 @@ mod front {
                 free_owned(heap, seg, page, p)
             } else {
                 heap::free_slow(seg, p)
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn free_invalid(p: *mut u8) {
+        os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
+    }
+
+    /// `free_checked` of a huge block, or of a pointer that starts no block.
+    ///
+    /// # Safety
+    /// `seg` must be a live segment header (the segment map says so).
+    #[cold]
+    #[inline(never)]
+    unsafe fn free_checked_cold(seg: *mut segment::Segment, p: *mut u8) {
+        // SAFETY: the caller guarantees seg is live.
+        unsafe {
+            if (*seg).kind == SegmentKind::Huge && is_block_start(seg, p) {
+                heap::free_slow(seg, p)
+            } else {
+                os::report_pointer("free", "invalid pointer (not the start of a hakmem block)", p);
             }
         }
     }

@@ -73,14 +73,19 @@ const MAP_WORDS: usize = 64;
 const EXTEND_BYTES: usize = 4096;
 const EXTEND_MIN_BLOCKS: usize = 4;
 
-#[repr(C)]
+#[repr(C, align(64))]
 pub(crate) struct Page {
+    // First cache line: everything the malloc and free fast paths and the
+    // C shim's pointer check touch.
     /// Blocks to allocate from (fast path).
     pub(crate) free: *mut Block,
     /// Blocks freed by the owner.
     pub(crate) local_free: *mut Block,
     /// Blocks handed out and not yet known (to the owner) to be free.
     pub(crate) used: u32,
+    /// `capacity * block_size` while the page is in use, 0 otherwise: the
+    /// bound of `is_block_start` in one compare.
+    pub(crate) carved_bytes: u32,
     /// `PAGE_IN_FULL` or 0; the local-free fast path requires 0.
     pub(crate) flags: u8,
     /// Size class, or `LARGE_CLASS`.
@@ -89,26 +94,28 @@ pub(crate) struct Page {
     pub(crate) in_use: bool,
     /// Every block on `free` is untouched fresh OS memory except its link word.
     pub(crate) free_is_zero: bool,
-    /// Blocks carved so far.
-    pub(crate) capacity: u32,
-    /// Blocks the span can hold.
-    pub(crate) reserved: u32,
-    pub(crate) block_size: usize,
+    /// The span's head `Page` (itself for a head or an unused page): how a
+    /// pointer into any page of a span finds the span's metadata.
+    pub(crate) head: *mut Page,
+    /// Address of the first block.
+    pub(crate) start: *mut u8,
     /// `ceil(2^64 / block_size)`: `off` is a multiple of the block size iff
     /// `off * divisor_magic < divisor_magic` (Lemire's divisibility test), so
     /// the C shim checks "is this a block start?" without a division.
     pub(crate) divisor_magic: u64,
+    pub(crate) block_size: usize,
     /// Blocks freed by other threads (atomic stack) | `FULL_NOTIFY`.
     pub(crate) remote_free: AtomicUsize,
-    /// Address of the first block.
-    pub(crate) start: *mut u8,
+    // Second cache line: slow-path state.
+    /// Blocks carved so far.
+    pub(crate) capacity: u32,
+    /// Blocks the span can hold.
+    pub(crate) reserved: u32,
     /// Links in the owner heap's queue for this class.
     pub(crate) next: *mut Page,
     pub(crate) prev: *mut Page,
     /// Units in the span (head only).
     pub(crate) units: u32,
-    /// Bytes from this `Page` back to its span's head `Page` (0 for heads).
-    pub(crate) span_offset: u32,
     /// `secure`: key XORed into every free-list link of this page.
     #[cfg(feature = "secure")]
     key: usize,
@@ -140,6 +147,7 @@ impl Page {
             in_use: false,
             free_is_zero: false,
             capacity: 0,
+            carved_bytes: 0,
             reserved: 0,
             block_size: 0,
             divisor_magic: 0,
@@ -148,7 +156,7 @@ impl Page {
             next: ptr::null_mut(),
             prev: ptr::null_mut(),
             units: 0,
-            span_offset: 0,
+            head: ptr::null_mut(),
             #[cfg(feature = "secure")]
             key: 0,
             #[cfg(feature = "secure")]
@@ -167,6 +175,7 @@ impl Page {
         self.in_use = true;
         self.free_is_zero = zero;
         self.capacity = 0;
+        self.carved_bytes = 0;
         self.reserved = (bytes / block_size) as u32;
         self.block_size = block_size;
         self.divisor_magic = u64::MAX / block_size as u64 + 1;
@@ -175,7 +184,7 @@ impl Page {
         self.next = ptr::null_mut();
         self.prev = ptr::null_mut();
         self.units = units;
-        self.span_offset = 0;
+        self.head = self;
         #[cfg(feature = "secure")]
         {
             let secret = SECRET.load(Ordering::Relaxed);
@@ -292,6 +301,7 @@ impl Page {
             self.free = block(order[0]);
         }
         self.capacity += n as u32;
+        self.carved_bytes = self.capacity * bs as u32;
         true
     }
 
@@ -308,10 +318,11 @@ impl Page {
         b as *mut u8
     }
 
-    /// Whether `p` is the start of a carved block of this page.
+    /// Whether `p` is the start of a carved block of this page (false for
+    /// any pointer when the page is not in use).
     pub(crate) fn is_block_start(&self, p: *const u8) -> bool {
         let off = (p as usize).wrapping_sub(self.start as usize) as u64;
-        off < self.capacity as u64 * self.block_size as u64 && off.wrapping_mul(self.divisor_magic) < self.divisor_magic
+        off < self.carved_bytes as u64 && off.wrapping_mul(self.divisor_magic) < self.divisor_magic
     }
 
     /// Moves `local_free` and the remote frees into `free`, which must be

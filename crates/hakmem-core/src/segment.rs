@@ -95,7 +95,10 @@ pub(crate) struct Segment {
     /// Links in the owner heap's list, the cache or the abandoned list.
     pub(crate) next: *mut Segment,
     pub(crate) prev: *mut Segment,
-    pub(crate) pages: [Page; PAGES_PER_SEGMENT],
+    /// Page metadata by page index, plus one always-empty entry: a huge
+    /// block 2 MiB past its header maps to index 32, which must read as a
+    /// page with nothing carved.
+    pub(crate) pages: [Page; PAGES_PER_SEGMENT + 1],
 }
 
 const _: () = assert!(core::mem::size_of::<Segment>() <= PAGE_SIZE);
@@ -107,18 +110,18 @@ pub(crate) fn segment_of(p: *const u8) -> *mut Segment {
 }
 
 impl Segment {
-    /// The page (span head) holding block `p` of this normal segment.
+    /// The page (span head) holding block `p` of this segment. For a huge
+    /// segment the result is a page with nothing carved.
     ///
     /// # Safety
-    /// `self` must be a normal segment and `p` point into one of its pages.
+    /// `p` must point into the segment's first 2 MiB past its header page,
+    /// or be its huge block.
     #[inline(always)]
     pub(crate) unsafe fn page_of(&self, p: *const u8) -> *mut Page {
         let index = (p as usize - self as *const Self as usize) >> PAGE_SHIFT;
-        // SAFETY: the caller guarantees p lies in this segment, so index < 32.
-        let unit = unsafe { self.pages.as_ptr().add(index) };
-        // SAFETY: span_offset of a unit in a span points back at its head,
-        // inside the same array (0 for heads).
-        unsafe { (unit as *const u8).sub((*unit).span_offset as usize) as *mut Page }
+        // SAFETY: the caller guarantees p lies in this segment's first 2 MiB
+        // past the header, or is its huge block: index <= 32.
+        unsafe { (*self.pages.as_ptr().add(index)).head }
     }
 
     /// Index of a page (span head) in `pages`.
@@ -235,10 +238,17 @@ impl Segment {
         self.mapping_size = SEGMENT_SIZE;
         self.next = ptr::null_mut();
         self.prev = ptr::null_mut();
+        self.reset_page_heads();
+    }
+
+    /// Makes every page its own, empty head: a pointer into a page that is
+    /// not in use finds a page with nothing carved.
+    fn reset_page_heads(&mut self) {
         for page in self.pages.iter_mut() {
             page.in_use = false;
-            page.span_offset = 0;
+            page.carved_bytes = 0;
             page.units = 0;
+            page.head = page;
         }
     }
 }
@@ -625,6 +635,7 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     unsafe {
         (*segment).kind = SegmentKind::Huge;
         (*segment).mapping_size = total;
+        (*segment).reset_page_heads();
     }
     map_set(segment, true);
     ((segment as usize + offset) as *mut u8, true)
@@ -798,7 +809,7 @@ mod tests {
             let span = (*s).take_span(3).unwrap();
             assert_eq!(span, 2);
             for k in 1..3 {
-                (*s).pages[span + k].span_offset = (k * core::mem::size_of::<Page>()) as u32;
+                (*s).pages[span + k].head = &mut (*s).pages[span];
             }
             let p = (*s).page_start(span).add(2 * PAGE_SIZE + 100);
             assert_eq!(segment_of(p), s);

@@ -210,3 +210,24 @@ fn huge_realloc_growth_keeps_contents_without_copying() {
         GLOBAL.dealloc(p, Layout::from_size_align(size, 16).unwrap());
     }
 }
+
+#[test]
+fn live_blocks_of_every_kind_pass_the_pointer_checks() {
+    for (size, align) in [
+        (1, 16),
+        (100, 16),
+        (5000, 16),
+        (40_000, 16),
+        (300_000, 16),
+        (3 << 20, 16),
+        (100, 4096),
+    ] {
+        let p = hakmem_core::alloc(size, align);
+        // SAFETY: p is a live block; check_block only reads hakmem metadata.
+        unsafe {
+            assert!(hakmem_core::check_block(p, "test"), "size {size} align {align}");
+            assert!(hakmem_core::usable_size(p) >= size);
+            hakmem_core::free_checked(p);
+        }
+    }
+}

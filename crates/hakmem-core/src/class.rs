@@ -11,6 +11,10 @@
 pub const SMALL_SIZE_MAX: usize = 1024;
 /// Largest size served from a size class; above it an allocation gets whole pages.
 pub const MEDIUM_SIZE_MAX: usize = 64 * 1024;
+/// Number of small classes (block size at most `SMALL_SIZE_MAX`).
+pub const SMALL_CLASS_COUNT: usize = 20;
+/// Entries of a heap's small direct table: one per 16 bytes up to 1 KiB.
+pub const SMALL_DIRECT_LEN: usize = SMALL_SIZE_MAX / 16 + 1;
 /// Number of size classes (small and medium).
 pub const CLASS_COUNT: usize = 44;
 /// Pseudo-class of a page holding one large block (a span of whole pages).
@@ -75,6 +79,18 @@ static SMALL_CLASS: [u8; SMALL_TABLE_LEN] = build_small_table();
 pub fn class_of(size: usize) -> usize {
     debug_assert!(size <= MEDIUM_SIZE_MAX);
     SMALL_CLASS[(size + 15) >> 4] as usize
+}
+
+/// Index of `size` (at most `SMALL_SIZE_MAX`) in a heap's small direct table.
+#[inline(always)]
+pub fn small_index(size: usize) -> usize {
+    (size + 15) >> 4
+}
+
+/// The small direct-table indices that map to small class `class`.
+pub fn small_indices(class: usize) -> core::ops::RangeInclusive<usize> {
+    let lo = if class == 0 { 0 } else { BLOCK_SIZE[class - 1] / 16 + 1 };
+    lo..=BLOCK_SIZE[class] / 16
 }
 
 /// The same by bit scan (what the table is checked against).
@@ -143,6 +159,27 @@ mod tests {
         for size in 129..=MEDIUM_SIZE_MAX {
             let bs = BLOCK_SIZE[class_of(size)];
             assert!((bs - size) * 4 <= bs, "size {size} block {bs}");
+        }
+    }
+
+    #[test]
+    fn small_indices_partition_the_small_direct_table() {
+        assert_eq!(BLOCK_SIZE[SMALL_CLASS_COUNT - 1], SMALL_SIZE_MAX);
+        let mut next = 0;
+        for c in 0..SMALL_CLASS_COUNT {
+            let r = small_indices(c);
+            assert_eq!(*r.start(), next);
+            for i in r.clone() {
+                assert_eq!(class_of(i * 16), c, "index {i}");
+            }
+            next = r.end() + 1;
+        }
+        assert_eq!(next, SMALL_DIRECT_LEN);
+        for size in 0..=SMALL_SIZE_MAX {
+            assert!(
+                small_indices(class_of(size)).contains(&small_index(size)),
+                "size {size}"
+            );
         }
     }
 

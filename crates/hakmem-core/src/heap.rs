@@ -8,8 +8,10 @@
 //!
 //! Invariants:
 //! * `direct[c]` is the first page of `queues[c]`, or the static empty page
-//!   when the queue is empty;
-//! * pages in a queue are in use, of that class, not `PAGE_IN_FULL`;
+//!   when the queue is empty; so is `direct_small[i]` for every small index
+//!   `i` of class `c`;
+//! * pages in a queue are in use, of that class, not `PAGE_IN_FULL`, and
+//!   name this heap in `local_owner`; every other page has `local_owner` 0;
 //! * a page of this heap that is not in a queue is parked (`PAGE_IN_FULL`,
 //!   with `FULL_NOTIFY` requested or remote blocks waiting) or large;
 //! * `segments` lists exactly the normal segments whose `heap` is this heap.
@@ -19,7 +21,7 @@
 //! goes back to a pool and is never unmapped, because a remote free may still
 //! hold its address to notify it (a stale notification only costs a scan).
 
-use crate::class::{self, CLASS_COUNT, LARGE_CLASS};
+use crate::class::{self, CLASS_COUNT, LARGE_CLASS, SMALL_CLASS_COUNT, SMALL_DIRECT_LEN};
 use crate::os;
 use crate::page::{Block, Page, PAGE_IN_FULL};
 use crate::segment::{self, Segment, PAGES_PER_SEGMENT, PAGE_SIZE};
@@ -37,6 +39,9 @@ struct PageQueue {
 
 #[repr(C)]
 pub(crate) struct Heap {
+    /// The page each size up to 1 KiB allocates from, by `small_index(size)`
+    /// (mimalloc's `pages_free_direct`): the small fast path needs no class.
+    direct_small: [*mut Page; SMALL_DIRECT_LEN],
     /// The page each class allocates from (fast path).
     direct: [*mut Page; CLASS_COUNT],
     /// Set by a remote free that ended a parked-full state in one of our segments.
@@ -75,6 +80,7 @@ static EMPTY_PAGE: ReadOnlyStatic<Page> = ReadOnlyStatic(UnsafeCell::new(Page::e
 
 /// The heap every thread starts with: all its pages are the empty page.
 pub(crate) static EMPTY_HEAP: ReadOnlyStatic<Heap> = ReadOnlyStatic(UnsafeCell::new(Heap {
+    direct_small: [EMPTY_PAGE.get(); SMALL_DIRECT_LEN],
     direct: [EMPTY_PAGE.get(); CLASS_COUNT],
     notified: AtomicBool::new(false),
     queues: [PageQueue {
@@ -94,6 +100,38 @@ pub(crate) static EMPTY_HEAP: ReadOnlyStatic<Heap> = ReadOnlyStatic(UnsafeCell::
 const CLOCK_CHECK_INTERVAL: u32 = 16;
 /// Sweep interval when purging is off or immediate.
 const SWEEP_INTERVAL_MS: u64 = 250;
+
+/// Allocates a block of `size <= SMALL_SIZE_MAX` bytes from `heap`: one
+/// table load less than `alloc` (the direct page is indexed by size).
+///
+/// # Safety
+/// `heap` must be the calling thread's heap.
+#[inline(always)]
+pub(crate) unsafe fn alloc_small(heap: *mut Heap, size: usize) -> *mut u8 {
+    debug_assert!(size <= class::SMALL_SIZE_MAX);
+    // SAFETY: heap is this thread's heap; small_index(size) < SMALL_DIRECT_LEN;
+    // direct pages are valid (ours or the static empty page).
+    unsafe {
+        let page = *(*heap).direct_small.get_unchecked(class::small_index(size));
+        let block = (*page).free;
+        if !block.is_null() {
+            (*page).free = (*page).next_of(block);
+            (*block).freed = 0;
+            (*page).on_alloc(block as *const u8);
+            (*page).used += 1;
+            (*heap).counts.count_alloc(class::class_of(size));
+            return block as *mut u8;
+        }
+        alloc_small_slow(heap, size)
+    }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn alloc_small_slow(heap: *mut Heap, size: usize) -> *mut u8 {
+    // SAFETY: forwarded from alloc_small.
+    unsafe { alloc_slow(heap, class::class_of(size)) }
+}
 
 /// Allocates a block of `class` from `heap`.
 ///
@@ -662,7 +700,13 @@ unsafe fn sync_direct(heap: *mut Heap, class: usize) {
     // SAFETY: heap is the caller's own heap.
     unsafe {
         let first = (*heap).queues[class].first;
-        (*heap).direct[class] = if first.is_null() { EMPTY_PAGE.get() } else { first };
+        let page = if first.is_null() { EMPTY_PAGE.get() } else { first };
+        (*heap).direct[class] = page;
+        if class < SMALL_CLASS_COUNT {
+            for i in class::small_indices(class) {
+                (*heap).direct_small[i] = page;
+            }
+        }
     }
 }
 
@@ -670,6 +714,7 @@ unsafe fn queue_push_front(heap: *mut Heap, page: *mut Page) {
     // SAFETY: page is an in-use page of heap in no queue.
     unsafe {
         let class = (*page).class as usize;
+        (*page).local_owner.store(heap as usize, Ordering::Relaxed);
         let q = &mut (*heap).queues[class];
         (*page).prev = ptr::null_mut();
         (*page).next = q.first;
@@ -687,6 +732,7 @@ unsafe fn queue_push_back(heap: *mut Heap, page: *mut Page) {
     // SAFETY: page is an in-use page of heap in no queue.
     unsafe {
         let class = (*page).class as usize;
+        (*page).local_owner.store(heap as usize, Ordering::Relaxed);
         let q = &mut (*heap).queues[class];
         (*page).next = ptr::null_mut();
         (*page).prev = q.last;
@@ -704,6 +750,7 @@ unsafe fn queue_remove(heap: *mut Heap, page: *mut Page) {
     // SAFETY: page is in heap's queue for its class.
     unsafe {
         let class = (*page).class as usize;
+        (*page).local_owner.store(0, Ordering::Relaxed);
         let q = &mut (*heap).queues[class];
         if (*page).prev.is_null() {
             q.first = (*page).next;
@@ -814,6 +861,9 @@ pub(crate) unsafe fn heap_abandon(heap: *mut Heap) {
                 if !(*page).in_use {
                     continue;
                 }
+                // Nobody's queue holds it any more (the heap struct will be
+                // reused: no page may still name it).
+                (*page).local_owner.store(0, Ordering::Relaxed);
                 if (*page).free.is_null() {
                     (*page).collect();
                 } else {

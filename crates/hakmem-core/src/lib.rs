@@ -116,7 +116,10 @@ mod front {
     /// heap from TLS (2 instructions), the class by table, then `heap::alloc`.
     #[inline(always)]
     pub fn alloc(size: usize, align: usize) -> *mut u8 {
-        if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
+        if align <= MIN_ALIGN && size <= SMALL_SIZE_MAX {
+            // SAFETY: thread::heap() is this thread's heap.
+            unsafe { heap::alloc_small(thread::heap(), size) }
+        } else if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
             // SAFETY: thread::heap() is this thread's heap.
             unsafe { heap::alloc(thread::heap(), class::class_of(size)) }
         } else {
@@ -194,32 +197,30 @@ mod front {
     #[inline(always)]
     pub unsafe fn free(p: *mut u8) {
         let seg = segment_of(p);
-        let heap = thread::heap();
-        // SAFETY: p is a live hakmem block, so seg is its segment header
-        // and (for an owned, normal segment) page_of finds its page.
-        unsafe {
-            if (*seg).heap.load(sync::Ordering::Relaxed) == heap {
-                free_owned(heap, seg, (*seg).page_of(p), p)
-            } else {
-                heap::free_slow(seg, p)
-            }
-        }
+        // SAFETY: p is a live hakmem block, so seg is its segment header and
+        // page_of finds its page (an empty one for a huge block).
+        unsafe { free_owned(thread::heap(), seg, (*seg).page_of(p), p) }
     }
 
-    /// The local free of block `p` of `page` in `seg`, owned by `heap` (the
-    /// caller's): push on `local_free` unless the page is parked or the
-    /// block carries the freed mark (then the slow path sorts it out).
+    /// Frees block `p` of `page` in `seg`: pushed on `local_free` when the
+    /// page is queued in `heap` (the caller's: so it is ours and not parked)
+    /// and the block does not carry the freed mark; anything else — another
+    /// thread's page, a parked or large page, a huge block, a double free —
+    /// goes to the slow path.
     ///
     /// # Safety
-    /// `p` must be a block start of `page`, a page of `seg`, and `seg` owned
-    /// by `heap`, the calling thread's heap.
+    /// `p` must be a live block of `seg`, `page` its page (or, for a huge
+    /// block, the empty page `page_of` gives), `heap` the caller's heap.
     #[inline(always)]
     unsafe fn free_owned(heap: *mut heap::Heap, seg: *mut segment::Segment, page: *mut page::Page, p: *mut u8) {
         let block = p as *mut page::Block;
         // SAFETY: the caller guarantees page, seg and heap are the block's
         // and the caller's own.
         unsafe {
-            if (*page).flags == 0 && (*block).freed != page::freed_mark(p) && !(*page).on_free_was_free(p) {
+            if (*page).local_owner.load(sync::Ordering::Relaxed) == heap as usize
+                && (*block).freed != page::freed_mark(p)
+                && !(*page).on_free_was_free(p)
+            {
                 (*block).freed = page::freed_mark(p);
                 (*heap).counts.count_free((*page).class as usize);
                 (*block).next = (*page).encode((*page).local_free);
@@ -366,14 +367,15 @@ mod front {
         }
     }
 
-    /// `free` for the C shim: [`check_block`], then [`free`].
+    /// `free` for the C shim: [`check_block`], then [`free`]; `free(NULL)`
+    /// does nothing (null fails the segment-map test, off the fast path).
     ///
     /// # Safety
-    /// `p` must not be null; it may be any other value.
+    /// None beyond `free`'s contract: `p` may be any value.
     #[inline]
     pub unsafe fn free_checked(p: *mut u8) {
         let seg = segment_of(p);
-        if !segment::is_segment(seg) {
+        if !segment::in_segment(p) {
             return free_invalid(p);
         }
         // SAFETY: the segment map says seg is a live segment header; p lies
@@ -386,19 +388,16 @@ mod front {
             }
             // p starts a carved block of a live page; the freed mark (checked
             // by free_owned/free_slow) catches a double free.
-            let heap = thread::heap();
-            if (*seg).heap.load(sync::Ordering::Relaxed) == heap {
-                free_owned(heap, seg, page, p)
-            } else {
-                heap::free_slow(seg, p)
-            }
+            free_owned(thread::heap(), seg, page, p)
         }
     }
 
     #[cold]
     #[inline(never)]
     fn free_invalid(p: *mut u8) {
-        os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
+        if !p.is_null() {
+            os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
+        }
     }
 
     /// `free_checked` of a huge block, or of a pointer that starts no block.

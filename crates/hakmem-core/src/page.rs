@@ -106,6 +106,11 @@ pub(crate) struct Page {
     pub(crate) block_size: usize,
     /// Blocks freed by other threads (atomic stack) | `FULL_NOTIFY`.
     pub(crate) remote_free: AtomicUsize,
+    /// Address of the heap whose queue holds this page, else 0 (parked,
+    /// large, abandoned or free pages). The free fast path's single test:
+    /// `local_owner == my heap` means "mine, and not parked". Written only
+    /// by the page's owner (relaxed), read by any freeing thread.
+    pub(crate) local_owner: AtomicUsize,
     // Second cache line: slow-path state.
     /// Blocks carved so far.
     pub(crate) capacity: u32,
@@ -128,16 +133,16 @@ impl Page {
     /// A page with no blocks (the static empty page and fresh headers).
     #[cfg(not(hakmem_loom))]
     pub(crate) const fn empty() -> Self {
-        Self::with_remote(AtomicUsize::new(0))
+        Self::with_atomics(AtomicUsize::new(0), AtomicUsize::new(0))
     }
 
     /// A page with no blocks (loom's atomics have no const constructor).
     #[cfg(hakmem_loom)]
     pub(crate) fn empty() -> Self {
-        Self::with_remote(AtomicUsize::new(0))
+        Self::with_atomics(AtomicUsize::new(0), AtomicUsize::new(0))
     }
 
-    const fn with_remote(remote_free: AtomicUsize) -> Self {
+    const fn with_atomics(remote_free: AtomicUsize, local_owner: AtomicUsize) -> Self {
         Self {
             free: ptr::null_mut(),
             local_free: ptr::null_mut(),
@@ -152,6 +157,7 @@ impl Page {
             block_size: 0,
             divisor_magic: 0,
             remote_free,
+            local_owner,
             start: ptr::null_mut(),
             next: ptr::null_mut(),
             prev: ptr::null_mut(),
@@ -180,6 +186,7 @@ impl Page {
         self.block_size = block_size;
         self.divisor_magic = u64::MAX / block_size as u64 + 1;
         self.remote_free.store(0, Ordering::Relaxed);
+        self.local_owner.store(0, Ordering::Relaxed);
         self.start = start;
         self.next = ptr::null_mut();
         self.prev = ptr::null_mut();

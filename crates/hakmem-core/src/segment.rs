@@ -293,6 +293,18 @@ pub(crate) fn is_segment(segment: *const Segment) -> bool {
     }
 }
 
+/// Whether block pointer `p` lies in a hakmem segment: `is_segment` of
+/// `segment_of(p)` in fewer instructions (one shift, one bounds compare on
+/// the word index, one load, one bit test). Null and addresses beyond the
+/// user address space fail the bounds compare.
+#[inline(always)]
+pub(crate) fn in_segment(p: *const u8) -> bool {
+    let bit = (p as usize).wrapping_sub(1) >> SEGMENT_SHIFT;
+    let word = bit / 64;
+    // Acquire: see map_set.
+    word < MAP_WORDS && SEGMENT_MAP[word].load(Ordering::Acquire) & (1u64 << (bit % 64)) != 0
+}
+
 // ---------------------------------------------------------------------------
 // Global lists: empty segments (cache) and segments of exited threads
 // (abandoned). Both are intrusive stacks through `Segment::next`, under a
@@ -728,8 +740,12 @@ pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: u
     }
     map_set(segment, false);
     let moved = target as *mut Segment;
-    // SAFETY: the header moved with the mapping to `target`.
-    unsafe { (*moved).mapping_size = new_total };
+    // SAFETY: the header moved with the mapping to `target`; its page heads
+    // still point into the old range and are rebuilt.
+    unsafe {
+        (*moved).mapping_size = new_total;
+        (*moved).reset_page_heads();
+    }
     stats::committed(new_total as isize - old_total as isize);
     map_set(moved, true);
     (target as usize + PAGE_SIZE) as *mut u8

@@ -98,10 +98,8 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 /// `p` must be `NULL` or a block from this library that is not used after.
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    if p.is_null() {
-        return;
-    }
-    // SAFETY: p is non-null; free_checked validates everything else.
+    // SAFETY: free_checked accepts any value: NULL does nothing, anything
+    // that is not a live hakmem block is reported.
     unsafe { hakmem_core::free_checked(p.cast()) }
 }
 

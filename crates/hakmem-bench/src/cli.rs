@@ -1,0 +1,546 @@
+//! The command line: what the user may ask for, and its translation into a
+//! `Plan` (which runs, with fully resolved parameters).
+//!
+//! Parsing is clap's; everything clap cannot check (`--min` above `--max`,
+//! an allocator not available in this mode) is checked by `Cli::plan`, whose
+//! message `main` reports through clap so it looks the same and exits with
+//! status 2 like any usage error.
+//!
+//! The parent passes every resolved parameter to its children explicitly
+//! (`runner::child_args`), so a child's `plan` sees no defaults.
+
+use crate::allocators::{self, Allocator};
+use crate::report;
+use crate::workloads::{self, Params, Preset, MAX_BLOCK_SIZE, PRESETS};
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+const ABOUT: &str = "Benchmark hakmem against the system allocator, mimalloc and jemalloc";
+
+const LONG_ABOUT: &str = "\
+Benchmark hakmem against the system allocator, mimalloc and jemalloc.
+
+Each run is a child process (this binary re-executed), so each allocator starts
+from a fresh process and its peak RSS is its own. Runs are interleaved (hakmem,
+system, mimalloc, jemalloc, hakmem, ...) and repeated --reps times; the table
+shows the median of each and the ratio of medians. Without arguments this runs
+the default table (the workloads marked * below).
+
+Workloads call the allocator under test through GlobalAlloc on the identical
+loop; --preload instead runs the same workloads as a C program under
+LD_PRELOAD (glibc, libmimalloc.so.2, libjemalloc.so.2, libtcmalloc_minimal.so.4
+and hakmem's libhakmem.so).";
+
+/// Output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Aligned columns for reading.
+    Table,
+    /// One header line, one line per workload and allocator.
+    Csv,
+    /// One object with every median and every run.
+    Json,
+}
+
+/// One item of `--workloads`.
+#[derive(Clone, Copy, Debug)]
+pub enum WorkloadArg {
+    All,
+    One(&'static Preset),
+}
+
+#[derive(Parser, Debug)]
+#[command(name = "hakmem-bench", version, about = ABOUT, long_about = LONG_ABOUT)]
+pub struct Cli {
+    /// Workloads to run, comma-separated, or `all` [default: the * ones]
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_workload)]
+    pub workloads: Vec<WorkloadArg>,
+
+    /// Smallest block size in bytes for every selected workload (K, M, G
+    /// suffixes: KiB, MiB, GiB) [default: the workload's]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub min: Option<usize>,
+
+    /// Largest block size in bytes for every selected workload (K, M, G
+    /// suffixes) [default: the workload's]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub max: Option<usize>,
+
+    /// Working-set slots per thread for every selected workload [default: the
+    /// workload's]
+    #[arg(long, value_name = "SLOTS", value_parser = parse_count::<usize>)]
+    pub ws: Option<usize>,
+
+    /// Iterations per thread for every selected workload (k, M suffixes:
+    /// 10^3, 10^6) [default: the workload's]
+    #[arg(long, value_name = "N", value_parser = parse_count::<u64>)]
+    pub iters: Option<u64>,
+
+    /// Seed of the size and slot choices (the same for every allocator)
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Threads of mt-mixed and larson (prodcons is always one pair)
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub threads: usize,
+
+    /// Allocators to compare, comma-separated: hakmem, system (or glibc),
+    /// mimalloc, jemalloc, and with --preload tcmalloc [default: all]
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_allocator)]
+    pub allocators: Vec<Allocator>,
+
+    /// Runs of each workload and allocator; the median is reported
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub reps: usize,
+
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+
+    /// Run the workloads as a C program (c/bench.c, compiled with $CC or cc)
+    /// under LD_PRELOAD instead of through GlobalAlloc. hakmem's library is
+    /// libhakmem.so beside this executable: build it first with
+    /// `cargo build --release -p hakmem-ffi`. Missing libraries are skipped.
+    #[arg(long)]
+    pub preload: bool,
+
+    /// Kill a run that takes longer than this and report it as failed
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub timeout: u64,
+
+    /// Internal: run one workload against ALLOCATOR in this process and
+    /// print one result line (how the parent starts its children)
+    #[arg(long, value_name = "ALLOCATOR", hide = true, value_parser = parse_allocator)]
+    pub child: Option<Allocator>,
+}
+
+/// What the invocation does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Compare the allocators through GlobalAlloc, one child per run.
+    Compare,
+    /// Compare the allocators as LD_PRELOADed libraries under `c/bench.c`.
+    Preload,
+    /// Be one run: `jobs[0]` against this allocator, in this process.
+    Child(Allocator),
+}
+
+/// One workload with its resolved parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    pub workload: &'static str,
+    pub params: Params,
+}
+
+/// Everything the tool will do, fully resolved and checked.
+#[derive(Debug)]
+pub struct Plan {
+    pub mode: Mode,
+    pub jobs: Vec<Job>,
+    pub allocators: Vec<Allocator>,
+    pub reps: usize,
+    pub format: Format,
+    pub timeout: Duration,
+}
+
+/// Upper bounds that catch typos before they turn into hours or gigabytes.
+const MAX_THREADS: usize = 1024;
+const MAX_WS: usize = 1 << 24;
+const MAX_REPS: usize = 1000;
+
+/// The clap command, with the workload list appended to `--help`.
+pub fn command() -> clap::Command {
+    Cli::command().after_help(workloads_help())
+}
+
+/// Parses `args` (the first item is the program name).
+pub fn try_parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = command().try_get_matches_from(args)?;
+    Cli::from_arg_matches(&matches)
+}
+
+fn workloads_help() -> String {
+    let mut help = String::from("Workloads (* = in the default table; iterations are per thread):\n");
+    for p in PRESETS {
+        let mark = if p.in_default { '*' } else { ' ' };
+        let sizes = report::size_range(p.min, p.max);
+        let ws = if p.kernel.uses_ws() {
+            p.ws.to_string()
+        } else {
+            "-".into()
+        };
+        let _ = writeln!(
+            help,
+            "  {mark} {:<9} {sizes:<15} ws {ws:<5} {:>9} iters  {}",
+            p.name, p.iters, p.about
+        );
+    }
+    help.push_str(
+        "\nAn operation is one alloc, free or realloc call; Mops/s counts all threads together
+and ns/op is its inverse (wall time per operation). Peak RSS is the child's ru_maxrss.
+
+Exit status: 0 all runs succeeded, 1 a run failed (crash, timeout, damaged block;
+its cell is marked FAILED and the rest of the table is still printed),
+2 bad arguments.",
+    );
+    help
+}
+
+fn parse_workload(name: &str) -> Result<WorkloadArg, String> {
+    if name == "all" {
+        return Ok(WorkloadArg::All);
+    }
+    workloads::find(name).map(WorkloadArg::One).ok_or_else(|| {
+        let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+        format!(
+            "unknown workload '{name}' (expected all or one of: {})",
+            names.join(", ")
+        )
+    })
+}
+
+fn parse_allocator(name: &str) -> Result<Allocator, String> {
+    Allocator::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = Allocator::ALL.iter().map(|a| a.name()).collect();
+        format!(
+            "unknown allocator '{name}' (expected one of: {}, glibc)",
+            names.join(", ")
+        )
+    })
+}
+
+/// Splits a trailing multiplier off `s`: the longest matching suffix wins.
+fn split_multiplier<'a>(s: &'a str, suffixes: &[(&str, u64)]) -> (&'a str, u64) {
+    suffixes
+        .iter()
+        .filter(|(suffix, _)| s.len() > suffix.len() && s.ends_with(suffix))
+        .max_by_key(|(suffix, _)| suffix.len())
+        .map_or((s, 1), |&(suffix, multiplier)| {
+            (&s[..s.len() - suffix.len()], multiplier)
+        })
+}
+
+fn parse_scaled(s: &str, suffixes: &[(&str, u64)]) -> Option<u64> {
+    let (digits, multiplier) = split_multiplier(s.trim(), suffixes);
+    let digits = digits.replace('_', "");
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(multiplier)
+}
+
+/// Bytes, with an optional binary suffix: `64K`, `4M`, `64KiB`, `1G`.
+fn parse_size(s: &str) -> Result<usize, String> {
+    const SUFFIXES: &[(&str, u64)] = &[
+        ("K", 1 << 10),
+        ("k", 1 << 10),
+        ("KiB", 1 << 10),
+        ("M", 1 << 20),
+        ("MiB", 1 << 20),
+        ("G", 1 << 30),
+        ("GiB", 1 << 30),
+    ];
+    parse_scaled(s, SUFFIXES)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| format!("'{s}' is not a size in bytes (e.g. 1024, 64K, 4M)"))
+}
+
+/// A count, with an optional decimal suffix: `200k`, `2M`, `2_000_000`.
+fn parse_count<T: TryFrom<u64>>(s: &str) -> Result<T, String> {
+    const SUFFIXES: &[(&str, u64)] = &[("k", 1_000), ("K", 1_000), ("M", 1_000_000)];
+    parse_scaled(s, SUFFIXES)
+        .and_then(|n| T::try_from(n).ok())
+        .ok_or_else(|| format!("'{s}' is not a count (e.g. 400, 200k, 2M)"))
+}
+
+impl Cli {
+    /// Resolves and checks the request. The error is a one-line message for
+    /// the user, naming the offending option.
+    pub fn plan(&self) -> Result<Plan, String> {
+        if self.reps == 0 || self.reps > MAX_REPS {
+            return Err(format!("--reps must be between 1 and {MAX_REPS}"));
+        }
+        if self.threads == 0 || self.threads > MAX_THREADS {
+            return Err(format!("--threads must be between 1 and {MAX_THREADS}"));
+        }
+        if self.timeout == 0 {
+            return Err("--timeout must be at least 1 second".into());
+        }
+        if self.min == Some(0) {
+            return Err("--min must be at least 1 (a zero-size allocation is not a workload)".into());
+        }
+        for (option, value) in [("--min", self.min), ("--max", self.max)] {
+            if value.is_some_and(|v| v > MAX_BLOCK_SIZE) {
+                return Err(format!("{option} must be at most {MAX_BLOCK_SIZE} (1 GiB)"));
+            }
+        }
+        if self.ws.is_some_and(|ws| ws == 0 || ws > MAX_WS) {
+            return Err(format!("--ws must be between 1 and {MAX_WS}"));
+        }
+        if self.iters == Some(0) {
+            return Err("--iters must be at least 1".into());
+        }
+
+        let jobs = self.jobs()?;
+        let mode = match (self.child, self.preload) {
+            (Some(_), true) => return Err("--child cannot be combined with --preload".into()),
+            (Some(allocator), false) if !allocator.is_linked() => {
+                return Err(format!("allocator '{allocator}' is available only with --preload"))
+            }
+            (Some(allocator), false) if jobs.len() == 1 => Mode::Child(allocator),
+            (Some(_), false) => return Err("--child runs exactly one workload".into()),
+            (None, true) => Mode::Preload,
+            (None, false) => Mode::Compare,
+        };
+
+        let defaults = if self.preload {
+            allocators::PRELOAD_DEFAULT
+        } else {
+            allocators::RUST_DEFAULT
+        };
+        let requested: &[Allocator] = if self.allocators.is_empty() {
+            defaults
+        } else {
+            &self.allocators
+        };
+        let mut allocators = Vec::new();
+        for &allocator in requested {
+            if !self.preload && !allocator.is_linked() {
+                return Err(format!("allocator '{allocator}' is available only with --preload"));
+            }
+            if !allocators.contains(&allocator) {
+                allocators.push(allocator);
+            }
+        }
+
+        Ok(Plan {
+            mode,
+            jobs,
+            allocators,
+            reps: self.reps,
+            format: self.format,
+            timeout: Duration::from_secs(self.timeout),
+        })
+    }
+
+    fn jobs(&self) -> Result<Vec<Job>, String> {
+        let mut presets: Vec<&'static Preset> = Vec::new();
+        if self.workloads.is_empty() {
+            presets.extend(PRESETS.iter().filter(|p| p.in_default));
+        }
+        for arg in &self.workloads {
+            match arg {
+                WorkloadArg::All => presets.extend(PRESETS),
+                WorkloadArg::One(preset) => presets.push(preset),
+            }
+        }
+        let mut jobs: Vec<Job> = Vec::new();
+        for preset in presets {
+            if jobs.iter().any(|j| j.workload == preset.name) {
+                continue;
+            }
+            let params = Params {
+                kernel: preset.kernel,
+                min: self.min.unwrap_or(preset.min),
+                max: self.max.unwrap_or(preset.max),
+                ws: self.ws.unwrap_or(preset.ws),
+                iters: self.iters.unwrap_or(preset.iters),
+                seed: self.seed,
+                threads: preset.kernel.threads(self.threads),
+            };
+            if params.min > params.max {
+                return Err(format!(
+                    "workload {}: --min ({}) is larger than --max ({})",
+                    preset.name, params.min, params.max
+                ));
+            }
+            jobs.push(Job {
+                workload: preset.name,
+                params,
+            });
+        }
+        Ok(jobs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workloads::Kernel;
+
+    fn plan(args: &[&str]) -> Result<Plan, String> {
+        let cli =
+            try_parse_from(std::iter::once("hakmem-bench").chain(args.iter().copied())).map_err(|e| e.to_string())?;
+        cli.plan()
+    }
+
+    fn names(plan: &Plan) -> Vec<&str> {
+        plan.jobs.iter().map(|j| j.workload).collect()
+    }
+
+    #[test]
+    fn no_arguments_is_the_default_table() {
+        let plan = plan(&[]).unwrap();
+        assert_eq!(plan.mode, Mode::Compare);
+        assert_eq!(
+            names(&plan),
+            [
+                "mixed", "c7", "c6", "c5", "c4", "large-ws", "mid", "large", "fixed64k", "mt-mixed", "larson",
+                "prodcons"
+            ]
+        );
+        assert_eq!(plan.allocators, allocators::RUST_DEFAULT);
+        assert_eq!(plan.reps, 5);
+        assert_eq!(plan.format, Format::Table);
+        let mixed = &plan.jobs[0].params;
+        assert_eq!(
+            (mixed.min, mixed.max, mixed.ws, mixed.seed, mixed.threads),
+            (16, 1024, 400, 1, 1)
+        );
+        assert_eq!(plan.jobs[9].params.threads, 2, "mt-mixed runs on 2 threads by default");
+    }
+
+    #[test]
+    fn overrides_apply_to_every_selected_workload() {
+        let plan = plan(&[
+            "--workloads",
+            "mixed,mt-mixed",
+            "--min",
+            "32",
+            "--max",
+            "4K",
+            "--ws",
+            "100",
+            "--iters",
+            "200k",
+            "--seed",
+            "9",
+            "--threads",
+            "3",
+            "--allocators",
+            "system,hakmem",
+            "--reps",
+            "2",
+            "--format",
+            "csv",
+        ])
+        .unwrap();
+        assert_eq!(names(&plan), ["mixed", "mt-mixed"]);
+        let expect = |kernel, threads| Params {
+            kernel,
+            min: 32,
+            max: 4096,
+            ws: 100,
+            iters: 200_000,
+            seed: 9,
+            threads,
+        };
+        assert_eq!(plan.jobs[0].params, expect(Kernel::Mixed, 1));
+        assert_eq!(plan.jobs[1].params, expect(Kernel::MtMixed, 3));
+        assert_eq!(plan.allocators, [Allocator::System, Allocator::Hakmem]);
+        assert_eq!((plan.reps, plan.format), (2, Format::Csv));
+    }
+
+    #[test]
+    fn all_selects_every_workload_once() {
+        let plan = plan(&["--workloads", "mixed,all"]).unwrap();
+        assert_eq!(plan.jobs.len(), PRESETS.len());
+        assert!(names(&plan).contains(&"realloc"));
+    }
+
+    #[test]
+    fn preload_adds_tcmalloc_and_accepts_glibc() {
+        let plan = plan(&["--preload"]).unwrap();
+        assert_eq!(plan.mode, Mode::Preload);
+        assert!(plan.allocators.contains(&Allocator::Tcmalloc));
+        let plan = super::tests::plan(&["--preload", "--allocators", "glibc,tcmalloc,system"]).unwrap();
+        assert_eq!(plan.allocators, [Allocator::System, Allocator::Tcmalloc]);
+    }
+
+    #[test]
+    fn child_mode_takes_one_workload() {
+        let plan = plan(&["--child", "mimalloc", "--workloads", "c7"]).unwrap();
+        assert_eq!(plan.mode, Mode::Child(Allocator::Mimalloc));
+        assert!(super::tests::plan(&["--child", "mimalloc", "--workloads", "c7,c6"]).is_err());
+        assert!(super::tests::plan(&["--child", "tcmalloc", "--workloads", "c7"]).is_err());
+    }
+
+    #[test]
+    fn sizes_and_counts_accept_suffixes() {
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("64KiB"), Ok(65536));
+        assert_eq!(parse_size("4M"), Ok(4 << 20));
+        assert_eq!(parse_size("1_024"), Ok(1024));
+        assert_eq!(parse_count::<u64>("2M"), Ok(2_000_000));
+        assert_eq!(parse_count::<u64>("200k"), Ok(200_000));
+        assert_eq!(parse_count::<u64>("2_000_000"), Ok(2_000_000));
+        for bad in ["", "K", "-1", "1.5M", "12x", "99999999999999999999", "0x10"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+            assert!(parse_count::<u64>(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn usage_errors_are_rejected_by_clap() {
+        for args in [
+            &["--workloads", "nope"][..],
+            &["--allocators", "ptmalloc"],
+            &["--format", "xml"],
+            &["--iters", "lots"],
+            &["--reps"],
+            &["--frobnicate"],
+        ] {
+            let err = try_parse_from(std::iter::once("hakmem-bench").chain(args.iter().copied())).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_workload_message_lists_the_names() {
+        let err = plan(&["--workloads", "mixed,nope"]).unwrap_err();
+        assert!(
+            err.contains("unknown workload 'nope'") && err.contains("larson"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn semantic_errors_name_the_option() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["--min", "2048", "--max", "1024"],
+                "--min (2048) is larger than --max (1024)",
+            ),
+            (&["--min", "2K", "--workloads", "c4"], "workload c4: --min"),
+            (&["--min", "0"], "--min must be at least 1"),
+            (&["--max", "2G"], "--max must be at most"),
+            (&["--ws", "0"], "--ws"),
+            (&["--iters", "0"], "--iters"),
+            (&["--threads", "0"], "--threads"),
+            (&["--reps", "0"], "--reps"),
+            (&["--timeout", "0"], "--timeout"),
+            (&["--allocators", "tcmalloc"], "only with --preload"),
+        ];
+        for (args, expected) in cases {
+            let err = plan(args).unwrap_err();
+            assert!(
+                err.contains(expected),
+                "{args:?}: got {err:?}, expected it to contain {expected:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn help_lists_every_workload() {
+        let help = command().render_long_help().to_string();
+        for p in PRESETS {
+            assert!(help.contains(p.name), "{} missing from --help", p.name);
+        }
+        assert!(help.contains("--preload") && help.contains("Exit status"));
+    }
+}

@@ -69,34 +69,29 @@ pub(crate) const GUARD_BYTES: usize = if cfg!(feature = "secure") { 4096 } else 
 #[cfg(feature = "secure")]
 const MAP_WORDS: usize = 64;
 
+// The layout the comments above rely on (without the secure extras).
+#[cfg(not(feature = "secure"))]
+const _: () = assert!(core::mem::size_of::<Page>() == 128 && core::mem::offset_of!(Page, free) == 64);
+
 /// Minimum bytes carved per extension (blocks are carved lazily).
 const EXTEND_BYTES: usize = 4096;
 const EXTEND_MIN_BLOCKS: usize = 4;
 
 #[repr(C, align(64))]
 pub(crate) struct Page {
-    // First cache line: everything the malloc and free fast paths and the
-    // C shim's pointer check touch.
-    /// Blocks to allocate from (fast path).
-    pub(crate) free: *mut Block,
-    /// Blocks freed by the owner.
-    pub(crate) local_free: *mut Block,
-    /// Blocks handed out and not yet known (to the owner) to be free.
-    pub(crate) used: u32,
-    /// `capacity * block_size` while the page is in use, 0 otherwise: the
-    /// bound of `is_block_start` in one compare.
-    pub(crate) carved_bytes: u32,
-    /// `PAGE_IN_FULL` or 0; the local-free fast path requires 0.
-    pub(crate) flags: u8,
-    /// Size class, or `LARGE_CLASS`.
-    pub(crate) class: u8,
-    /// Whether the page is allocated (a span head in use).
-    pub(crate) in_use: bool,
-    /// Every block on `free` is untouched fresh OS memory except its link word.
-    pub(crate) free_is_zero: bool,
+    // First cache line: read-mostly. Any thread reads it on free (owner
+    // test, span head, the C shim's block-start check); the owner rewrites
+    // it only when the page changes state. Keeping the owner's per-block
+    // writes out of it means a remote free does not steal the line the
+    // owner's next malloc needs.
     /// The span's head `Page` (itself for a head or an unused page): how a
     /// pointer into any page of a span finds the span's metadata.
     pub(crate) head: *mut Page,
+    /// Address of the heap whose queue holds this page, else 0 (parked,
+    /// large, abandoned or free pages). The free fast path's single test:
+    /// `local_owner == my heap` means "mine, and not parked". Written only
+    /// by the page's owner (relaxed), read by any freeing thread.
+    pub(crate) local_owner: AtomicUsize,
     /// Address of the first block.
     pub(crate) start: *mut u8,
     /// `ceil(2^64 / block_size)`: `off` is a multiple of the block size iff
@@ -104,23 +99,37 @@ pub(crate) struct Page {
     /// the C shim checks "is this a block start?" without a division.
     pub(crate) divisor_magic: u64,
     pub(crate) block_size: usize,
-    /// Blocks freed by other threads (atomic stack) | `FULL_NOTIFY`.
-    pub(crate) remote_free: AtomicUsize,
-    /// Address of the heap whose queue holds this page, else 0 (parked,
-    /// large, abandoned or free pages). The free fast path's single test:
-    /// `local_owner == my heap` means "mine, and not parked". Written only
-    /// by the page's owner (relaxed), read by any freeing thread.
-    pub(crate) local_owner: AtomicUsize,
-    // Second cache line: slow-path state.
+    /// `capacity * block_size` while the page is in use, 0 otherwise: the
+    /// bound of `is_block_start` in one compare.
+    pub(crate) carved_bytes: u32,
+    /// `PAGE_IN_FULL` or 0.
+    pub(crate) flags: u8,
+    /// Size class, or `LARGE_CLASS`.
+    pub(crate) class: u8,
+    /// Whether the page is allocated (a span head in use).
+    pub(crate) in_use: bool,
+    /// Every block on `free` is untouched fresh OS memory except its link word.
+    pub(crate) free_is_zero: bool,
+    /// Units in the span (head only).
+    pub(crate) units: u32,
+    _line_pad: [u8; 12],
+    // Second cache line: the owner's per-block state, and the remote stack
+    // other threads push on (one line moves per remote free, as in mimalloc).
+    /// Blocks to allocate from (fast path).
+    pub(crate) free: *mut Block,
+    /// Blocks freed by the owner.
+    pub(crate) local_free: *mut Block,
+    /// Blocks handed out and not yet known (to the owner) to be free.
+    pub(crate) used: u32,
     /// Blocks carved so far.
     pub(crate) capacity: u32,
     /// Blocks the span can hold.
     pub(crate) reserved: u32,
+    /// Blocks freed by other threads (atomic stack) | `FULL_NOTIFY`.
+    pub(crate) remote_free: AtomicUsize,
     /// Links in the owner heap's queue for this class.
     pub(crate) next: *mut Page,
     pub(crate) prev: *mut Page,
-    /// Units in the span (head only).
-    pub(crate) units: u32,
     /// `secure`: key XORed into every free-list link of this page.
     #[cfg(feature = "secure")]
     key: usize,
@@ -162,6 +171,7 @@ impl Page {
             next: ptr::null_mut(),
             prev: ptr::null_mut(),
             units: 0,
+            _line_pad: [0; 12],
             head: ptr::null_mut(),
             #[cfg(feature = "secure")]
             key: 0,

@@ -30,6 +30,7 @@ use crate::sync::{AtomicBool, Ordering, SpinLock};
 use crate::thread;
 use core::cell::UnsafeCell;
 use core::ptr;
+use crossbeam_utils::CachePadded;
 
 #[derive(Clone, Copy)]
 struct PageQueue {
@@ -37,15 +38,15 @@ struct PageQueue {
     last: *mut Page,
 }
 
-#[repr(C)]
+/// Aligned so that two threads' heaps never share a cache line (they sit
+/// side by side in the heap pool).
+#[repr(C, align(128))]
 pub(crate) struct Heap {
     /// The page each size up to 1 KiB allocates from, by `small_index(size)`
     /// (mimalloc's `pages_free_direct`): the small fast path needs no class.
     direct_small: [*mut Page; SMALL_DIRECT_LEN],
     /// The page each class allocates from (fast path).
     direct: [*mut Page; CLASS_COUNT],
-    /// Set by a remote free that ended a parked-full state in one of our segments.
-    pub(crate) notified: AtomicBool,
     queues: [PageQueue; CLASS_COUNT],
     /// Owned normal segments (doubly linked through `Segment::next/prev`).
     segments: *mut Segment,
@@ -59,6 +60,10 @@ pub(crate) struct Heap {
     pub(crate) counts: stats::HeapCounts,
     /// Next heap in the pool's free list.
     pool_next: *mut Heap,
+    /// Set by a remote free that ended a parked-full state in one of our
+    /// segments. The one field other threads write: on a line of its own,
+    /// so those writes never evict the direct tables.
+    pub(crate) notified: CachePadded<AtomicBool>,
 }
 
 /// A static with interior mutability that is never written (the empty page
@@ -82,7 +87,6 @@ static EMPTY_PAGE: ReadOnlyStatic<Page> = ReadOnlyStatic(UnsafeCell::new(Page::e
 pub(crate) static EMPTY_HEAP: ReadOnlyStatic<Heap> = ReadOnlyStatic(UnsafeCell::new(Heap {
     direct_small: [EMPTY_PAGE.get(); SMALL_DIRECT_LEN],
     direct: [EMPTY_PAGE.get(); CLASS_COUNT],
-    notified: AtomicBool::new(false),
     queues: [PageQueue {
         first: ptr::null_mut(),
         last: ptr::null_mut(),
@@ -93,6 +97,7 @@ pub(crate) static EMPTY_HEAP: ReadOnlyStatic<Heap> = ReadOnlyStatic(UnsafeCell::
     slow_ticks: 0,
     counts: stats::HeapCounts::ZERO,
     pool_next: ptr::null_mut(),
+    notified: CachePadded::new(AtomicBool::new(false)),
 }));
 
 /// Slow-path calls between two looks at the clock (a vDSO call of ~20 ns;

@@ -663,18 +663,17 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
     // SAFETY: the caller guarantees p is a live hakmem block in seg.
     unsafe {
         let block = p as *mut Block;
-        let mark = crate::page::freed_mark(p);
+        let page = (*seg).page_of(p);
+        let mark = crate::page::freed_mark(page);
         if (*block).freed == mark {
             crate::os::report_pointer("free", "double free of", p);
             return;
         }
+        (*block).freed = mark;
         if (*seg).kind == segment::SegmentKind::Huge {
-            (*block).freed = mark;
             segment::huge_free(seg, p);
             return;
         }
-        (*block).freed = mark;
-        let page = (*seg).page_of(p);
         let heap = thread::heap();
         if (*seg).heap.load(Ordering::Relaxed) == heap {
             if (*page).on_free_was_free(p) {

@@ -218,10 +218,10 @@ mod front {
         // and the caller's own.
         unsafe {
             if (*page).local_owner.load(sync::Ordering::Relaxed) == heap as usize
-                && (*block).freed != page::freed_mark(p)
+                && (*block).freed != page::freed_mark(page)
                 && !(*page).on_free_was_free(p)
             {
-                (*block).freed = page::freed_mark(p);
+                (*block).freed = page::freed_mark(page);
                 (*heap).counts.count_free((*page).class as usize);
                 (*block).next = (*page).encode((*page).local_free);
                 (*page).local_free = block;
@@ -341,7 +341,7 @@ mod front {
                 os::report_pointer(function, "invalid pointer (not the start of a hakmem block)", p);
                 return false;
             }
-            if (*(p as *const page::Block)).freed == page::freed_mark(p) {
+            if (*(p as *const page::Block)).freed == page::freed_mark((*seg).page_of(p)) {
                 os::report_pointer(function, "pointer already freed", p);
                 return false;
             }

@@ -25,7 +25,7 @@ use crate::sync::{AtomicUsize, Ordering};
 use core::ptr;
 
 /// A free block: its first word links to the next free block; its second
-/// word holds `freed_mark(block)` from the moment it is freed until it is
+/// word holds `freed_mark(page)` from the moment it is freed until it is
 /// allocated again (every block has at least 16 bytes). A free that finds
 /// its mark already there is a double free: caught with one load and a
 /// compare, whether the block was freed just before or many frees ago.
@@ -38,14 +38,13 @@ pub(crate) struct Block {
 /// The smallest block: a link and a freed mark.
 pub(crate) const MIN_BLOCK_SIZE: usize = core::mem::size_of::<Block>();
 
-/// Key of the freed mark; a user value equal to `address ^ FREED_KEY` stored
-/// in the second word of a live block is needed to trigger a false report.
-const FREED_KEY: usize = 0x9e37_79b9_7f4a_7c15;
-
-/// The mark a freed block carries in its second word.
+/// The mark a freed block of `page` carries in its second word: the address
+/// of the page's metadata, in the segment header. A program never holds a
+/// pointer into hakmem's headers, so a live block's data cannot look freed
+/// by accident; and the free path has the value in a register already.
 #[inline(always)]
-pub(crate) fn freed_mark(block: *const u8) -> usize {
-    block as usize ^ FREED_KEY
+pub(crate) fn freed_mark(page: *const Page) -> usize {
+    page as usize
 }
 
 /// Low bit of `remote_free`: the owner parked the page as full and wants to

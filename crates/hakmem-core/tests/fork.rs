@@ -1,0 +1,137 @@
+//! fork() while other threads are mid-allocation: the child can allocate
+//! and free (including blocks the other threads allocated before the fork)
+//! and start a thread; the parent carries on. Every child must exit 0.
+
+use hakmem_core::Hakmem;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+#[global_allocator]
+static GLOBAL: Hakmem = Hakmem;
+
+fn churn(stop: &AtomicBool, shared: &Mutex<Vec<usize>>, seed: u64) {
+    let mut x = seed;
+    let mut mine: Vec<usize> = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let size = 1 + (x as usize % 3000) + if x % 97 == 0 { 300_000 } else { 0 };
+        let p = hakmem_core::malloc(size);
+        // SAFETY: p is a live block of at least one byte.
+        unsafe { *p = 0x5a };
+        if x % 3 == 0 {
+            shared.lock().unwrap().push(p as usize);
+        } else {
+            mine.push(p as usize);
+        }
+        if mine.len() > 200 {
+            for q in mine.drain(..150) {
+                // SAFETY: q is a live block of this thread.
+                unsafe { hakmem_core::free(q as *mut u8) };
+            }
+        }
+        let theirs: Vec<usize> = {
+            let mut s = shared.lock().unwrap();
+            if s.len() > 300 {
+                s.drain(..200).collect()
+            } else {
+                Vec::new()
+            }
+        };
+        for q in theirs {
+            // SAFETY: q is a live block handed over through `shared`.
+            unsafe { hakmem_core::free(q as *mut u8) };
+        }
+    }
+    for q in mine {
+        // SAFETY: q is a live block of this thread.
+        unsafe { hakmem_core::free(q as *mut u8) };
+    }
+}
+
+/// Runs in the forked child: only the allocator, a thread, and _exit.
+fn child_work(shared: &Mutex<Vec<usize>>) -> i32 {
+    // The mutex may have been held by a thread that does not exist here.
+    let inherited: Vec<usize> = match shared.try_lock() {
+        Ok(s) => s.clone(),
+        Err(_) => Vec::new(),
+    };
+    for q in inherited.iter().take(50) {
+        // SAFETY: blocks in `shared` were live at the fork; the child has its
+        // own copy of them and frees each once.
+        unsafe {
+            if *(*q as *const u8) != 0x5a {
+                return 3;
+            }
+            hakmem_core::free(*q as *mut u8);
+        }
+    }
+    let mut blocks = Vec::with_capacity(1000);
+    for i in 0..1000 {
+        let p = hakmem_core::malloc(16 + i % 2000);
+        if p.is_null() {
+            return 4;
+        }
+        // SAFETY: p is a live block of at least 16 bytes.
+        unsafe { *p = i as u8 };
+        blocks.push(p as usize);
+    }
+    let t = std::thread::spawn(move || {
+        for (i, q) in blocks.into_iter().enumerate() {
+            // SAFETY: q is a live block handed to this thread; freed once.
+            unsafe {
+                if *(q as *const u8) != i as u8 {
+                    return false;
+                }
+                hakmem_core::free(q as *mut u8);
+            }
+        }
+        true
+    });
+    if !t.join().unwrap_or(false) {
+        return 5;
+    }
+    0
+}
+
+#[test]
+fn fork_while_threads_allocate() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let shared = Arc::new(Mutex::new(Vec::new()));
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            let (stop, shared) = (stop.clone(), shared.clone());
+            std::thread::spawn(move || churn(&stop, &shared, 0x9e37_79b9 + i))
+        })
+        .collect();
+    for round in 0..20 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        // SAFETY: fork in a multi-threaded process; the child only runs
+        // child_work (the allocator, one thread, _exit).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let code = child_work(&shared);
+            // SAFETY: leaves the child at once, without running the parent's
+            // atexit handlers or test harness.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: pid is our child; status is a valid out-pointer.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "round {round}: child died: status {status:#x}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "round {round}");
+        // The parent allocates on after each fork.
+        let v: Vec<u8> = vec![round as u8; 10_000];
+        assert_eq!(v[9_999], round as u8);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    for q in shared.lock().unwrap().drain(..) {
+        // SAFETY: q is a live block left in `shared`.
+        unsafe { hakmem_core::free(q as *mut u8) };
+    }
+}

@@ -1,0 +1,89 @@
+//! Address-space exhaustion: with RLIMIT_AS set, allocation returns null with
+//! errno ENOMEM (never crashes), for small, large and huge sizes, and works
+//! again once memory is freed. Runs in a forked child so the limit stays there.
+
+use hakmem_core::Hakmem;
+
+#[global_allocator]
+static GLOBAL: Hakmem = Hakmem;
+
+/// In the child: exhaust, check, free, allocate again. The blocks are
+/// chained through their first word (no other allocation). Returns the
+/// exit code.
+fn exhaust(size: usize) -> i32 {
+    let mut head: *mut u8 = std::ptr::null_mut();
+    let mut count = 0usize;
+    loop {
+        hakmem_core::os_errno_reset();
+        let p = hakmem_core::malloc(size);
+        if p.is_null() {
+            if hakmem_core::os_errno() != libc::ENOMEM {
+                return 2;
+            }
+            break;
+        }
+        // SAFETY: p is a live block of at least 8 bytes (size >= 64).
+        unsafe { (p as *mut *mut u8).write(head) };
+        head = p;
+        count += 1;
+    }
+    if count < 2 {
+        return 4;
+    }
+    // Free half; allocation must succeed again.
+    for _ in 0..count / 2 {
+        // SAFETY: head is a live block whose first word links the next one.
+        unsafe {
+            let next = (head as *mut *mut u8).read();
+            hakmem_core::free(head);
+            head = next;
+        }
+    }
+    let q = hakmem_core::malloc(size);
+    if q.is_null() {
+        return 5;
+    }
+    // SAFETY: q and the rest of the chain are live blocks, freed once.
+    unsafe {
+        hakmem_core::free(q);
+        while !head.is_null() {
+            let next = (head as *mut *mut u8).read();
+            hakmem_core::free(head);
+            head = next;
+        }
+    }
+    0
+}
+
+/// The process's current address-space size in bytes.
+fn vm_size() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+#[test]
+fn allocation_fails_cleanly_when_address_space_runs_out() {
+    for size in [64usize, 1 << 20, 64 << 20] {
+        let limit = vm_size() + (256 << 20);
+        // SAFETY: the child only allocates through hakmem and _exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let limit = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // SAFETY: setrlimit with a valid struct; then exhaust; then _exit.
+            unsafe {
+                libc::setrlimit(libc::RLIMIT_AS, &limit);
+                libc::_exit(exhaust(size));
+            }
+        }
+        let mut status = 0;
+        // SAFETY: pid is our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "size {size}: child died: {status:#x}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "size {size}");
+    }
+}

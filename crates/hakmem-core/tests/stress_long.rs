@@ -32,7 +32,7 @@ impl Rng {
     fn size(&mut self) -> usize {
         let r = self.next();
         let base = if r % 4 == 0 {
-            1usize << (r >> 8) % 12
+            1usize << ((r >> 8) % 12)
         } else {
             1 + (r >> 8) as usize % 2048
         };

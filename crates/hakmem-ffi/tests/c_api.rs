@@ -114,18 +114,18 @@ fn bad_pointers_abort_with_a_diagnostic() {
         for (op, function) in POINTER_OPS {
             // free's own fast path reports "double free of 0x...", the
             // checks before realloc and malloc_usable_size "pointer already freed".
+            let already_freed = if function == "free" {
+                "double free"
+            } else {
+                "pointer already freed"
+            };
             for (kind, reason) in [
                 ("stack", "invalid pointer"),
                 ("mmap", "invalid pointer"),
+                ("garbage", "invalid pointer"),
                 ("interior", "invalid pointer"),
-                (
-                    "freed",
-                    if function == "free" {
-                        "double free"
-                    } else {
-                        "pointer already freed"
-                    },
-                ),
+                ("freed", already_freed),
+                ("delayed", already_freed),
             ] {
                 let mut command = Command::new(&exe);
                 command.args([op, kind]).env_remove("HAKMEM_ON_ERROR");
@@ -246,4 +246,14 @@ fn shared_library_uses_initial_exec_tls_only() {
         dynamic.contains("STATIC_TLS"),
         "libhakmem.so is not marked STATIC_TLS:\n{dynamic}"
     );
+}
+
+#[test]
+fn address_space_exhaustion_gives_null_and_enomem() {
+    for link in [Link::Preload, Link::Archive] {
+        let exe = compile_c("rlimit.c", link, &[]);
+        let outcome = run(Command::new(&exe), link.preload(), LIMIT);
+        outcome.assert_success(&format!("rlimit.c ({link:?})"));
+        assert_eq!(outcome.stdout_text(), "ok\n", "{link:?}");
+    }
 }

@@ -5,15 +5,18 @@
  * corrupting memory; under HAKMEM_ON_ERROR=warn it prints the diagnostic
  * and ignores the call.
  *
- * Usage: foreign_pointer {free|realloc|realloc0|usable} {stack|mmap|interior|freed}
+ * Usage: foreign_pointer {free|realloc|realloc0|usable} {stack|mmap|garbage|interior|freed|delayed}
  *   stack     an address on the stack
  *   mmap      an address in a mapping of the program's own
+ *   garbage   0x12345678
  *   interior  16 bytes into a live malloc'd block
- *   freed     a block already freed
+ *   freed     a block already freed (just before)
+ *   delayed   a block freed before 50 other frees of its size
  * Prints "returned <value>" and exits 0 only if the call returned.
  */
 #define _GNU_SOURCE
 #include <malloc.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +24,7 @@
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: %s {free|realloc|realloc0|usable} {stack|mmap|interior|freed}\n", argv[0]);
+        fprintf(stderr, "usage: %s {free|realloc|realloc0|usable} {stack|mmap|garbage|interior|freed|delayed}\n", argv[0]);
         return 2;
     }
     /* volatile: keep the compiler from seeing (and warning about, or
@@ -37,6 +40,18 @@ int main(int argc, char **argv) {
             return 2;
         }
         p = (char *)m + 4096;
+    } else if (strcmp(argv[2], "garbage") == 0) {
+        p = (void *)(uintptr_t)0x12345678;
+    } else if (strcmp(argv[2], "delayed") == 0) {
+        void *others[50];
+        p = malloc(100);
+        for (int i = 0; i < 50; i++) {
+            others[i] = malloc(100);
+        }
+        free(p);
+        for (int i = 0; i < 50; i++) {
+            free(others[i]);
+        }
     } else if (strcmp(argv[2], "interior") == 0) {
         p = (char *)malloc(256) + 16;
     } else if (strcmp(argv[2], "freed") == 0) {

@@ -427,44 +427,25 @@ pub(crate) fn purge_global(now: u64, force: bool) {
     if force {
         GLOBAL_PURGE_AT.store(u64::MAX, Ordering::Relaxed);
     }
-    let mut next = u64::MAX;
-    // Cached segments: take them all, purge the due ones, put them back.
-    let mut taken: *mut Segment = ptr::null_mut();
-    loop {
-        let seg = SEGMENT_CACHE.pop();
-        if seg.is_null() {
-            break;
-        }
-        // SAFETY: a popped cached segment is exclusively ours.
-        unsafe { (*seg).next = taken };
-        taken = seg;
-    }
-    while !taken.is_null() {
-        // SAFETY: taken is a cached segment exclusively ours (popped above).
-        unsafe {
-            let seg = taken;
-            taken = (*seg).next;
-            if (*seg).purge_units != 0 {
-                if force || (*seg).purge_at_ms <= now {
-                    (*seg).purge_pending();
-                } else {
-                    next = next.min((*seg).purge_at_ms);
-                }
-            }
-            if !SEGMENT_CACHE.push(seg, SEGMENT_CACHE_MAX) {
-                segment_unmap(seg);
-            }
-        }
-    }
+    // Cached and abandoned segments: take each list whole, purge the due
+    // pages, put the segments back (no lock is held across the calls).
+    let mut next = purge_list(&SEGMENT_CACHE, SEGMENT_CACHE_MAX, now, force);
+    next = next.min(purge_list(&ABANDONED, usize::MAX, now, force));
     next = next.min(purge_huge_cache(now, force));
     if next != u64::MAX {
         GLOBAL_PURGE_AT.fetch_min(next, Ordering::Relaxed);
     }
 }
 
-/// Publishes a segment of an exited thread for reclaim by another.
+/// Publishes a segment of an exited thread for reclaim by another; its
+/// free pages are purged when due even if nobody reclaims it.
 pub(crate) fn abandoned_push(segment: *mut Segment) {
+    // SAFETY: the caller hands over an exclusively held segment.
+    let deadline = unsafe { (*segment).purge_at_ms };
     ABANDONED.push(segment, usize::MAX);
+    if deadline != 0 {
+        GLOBAL_PURGE_AT.fetch_min(deadline, Ordering::Relaxed);
+    }
 }
 
 /// Takes an abandoned segment (null when none).
@@ -651,6 +632,42 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     }
     map_set(segment, true);
     ((segment as usize + offset) as *mut u8, true)
+}
+
+/// Takes every segment off `list`, purges its due pages (all when `force`)
+/// and puts it back (unmapping what no longer fits under `limit`). Returns
+/// the earliest remaining deadline (`u64::MAX` when none).
+fn purge_list(list: &SegmentList, limit: usize, now: u64, force: bool) -> u64 {
+    let mut next = u64::MAX;
+    let mut taken: *mut Segment = ptr::null_mut();
+    loop {
+        let seg = list.pop();
+        if seg.is_null() {
+            break;
+        }
+        // SAFETY: a popped segment is exclusively ours until pushed back.
+        unsafe { (*seg).next = taken };
+        taken = seg;
+    }
+    while !taken.is_null() {
+        // SAFETY: taken was popped above: exclusively ours; its free pages
+        // hold no live block (remote frees only touch in-use pages).
+        unsafe {
+            let seg = taken;
+            taken = (*seg).next;
+            if (*seg).purge_units != 0 {
+                if force || (*seg).purge_at_ms <= now {
+                    (*seg).purge_pending();
+                } else {
+                    next = next.min((*seg).purge_at_ms);
+                }
+            }
+            if !list.push(seg, limit) {
+                segment_unmap(seg);
+            }
+        }
+    }
+    next
 }
 
 /// Purges the huge mappings in the cache that are due (all when `force`);

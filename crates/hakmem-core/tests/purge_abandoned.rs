@@ -8,11 +8,8 @@ use std::time::{Duration, Instant};
 #[global_allocator]
 static GLOBAL: Hakmem = Hakmem;
 
-fn rss_mib() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (pages * 4096) >> 20
-}
+mod common;
+use common::rss_mib;
 
 #[test]
 fn free_pages_of_abandoned_segments_are_purged() {

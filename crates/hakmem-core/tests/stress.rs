@@ -12,13 +12,12 @@ const THREADS: usize = 4;
 const ROUNDS: usize = 40;
 const PER_ROUND: usize = 2_000;
 
+mod common;
+
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        common::xorshift(&mut self.0)
     }
     /// Mostly small, some medium, occasionally large or huge.
     fn size(&mut self) -> usize {

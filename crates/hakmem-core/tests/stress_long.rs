@@ -21,13 +21,12 @@ const OPS_PER_ROUND: usize = 20_000;
 /// A block's header: its size and a key from which every byte is derived.
 const HEADER: usize = 16;
 
+mod common;
+
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        common::xorshift(&mut self.0)
     }
     fn size(&mut self) -> usize {
         let r = self.next();

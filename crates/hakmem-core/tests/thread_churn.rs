@@ -6,11 +6,8 @@ use hakmem_core::Hakmem;
 #[global_allocator]
 static GLOBAL: Hakmem = Hakmem;
 
-fn rss_bytes() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let resident: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    resident * 4096
-}
+mod common;
+use common::rss_bytes;
 
 #[test]
 fn many_short_lived_threads_keep_a_bounded_footprint() {

@@ -42,6 +42,9 @@ struct PageQueue {
 /// side by side in the heap pool).
 #[repr(C, align(128))]
 pub(crate) struct Heap {
+    /// Fast-path allocations left before the next forced slow path (the
+    /// heartbeat; see `HEARTBEAT_ALLOCS`).
+    heartbeat: u32,
     /// The page each size up to 1 KiB allocates from, by `small_index(size)`
     /// (mimalloc's `pages_free_direct`): the small fast path needs no class.
     direct_small: [*mut Page; SMALL_DIRECT_LEN],
@@ -85,6 +88,7 @@ static EMPTY_PAGE: ReadOnlyStatic<Page> = ReadOnlyStatic(UnsafeCell::new(Page::e
 
 /// The heap every thread starts with: all its pages are the empty page.
 pub(crate) static EMPTY_HEAP: ReadOnlyStatic<Heap> = ReadOnlyStatic(UnsafeCell::new(Heap {
+    heartbeat: HEARTBEAT_ALLOCS,
     direct_small: [EMPTY_PAGE.get(); SMALL_DIRECT_LEN],
     direct: [EMPTY_PAGE.get(); CLASS_COUNT],
     queues: [PageQueue {
@@ -99,6 +103,14 @@ pub(crate) static EMPTY_HEAP: ReadOnlyStatic<Heap> = ReadOnlyStatic(UnsafeCell::
     pool_next: ptr::null_mut(),
     notified: CachePadded::new(AtomicBool::new(false)),
 }));
+
+/// Fast-path allocations between two forced slow-path calls. Owner frees
+/// refill the page they came from (LIFO), so a thread in a steady state may
+/// never run dry and reach the slow path by itself; this countdown makes
+/// sure its slow-path duties (remote-free notifications, the clock, delayed
+/// purges) still run. One decrement per malloc; at 1024 the forced slow
+/// path costs well under one instruction per allocation.
+const HEARTBEAT_ALLOCS: u32 = 1024;
 
 /// Slow-path calls between two looks at the clock (a vDSO call of ~20 ns;
 /// the fast path never looks).
@@ -115,11 +127,12 @@ const SWEEP_INTERVAL_MS: u64 = 250;
 pub(crate) unsafe fn alloc_small(heap: *mut Heap, size: usize) -> *mut u8 {
     debug_assert!(size <= class::SMALL_SIZE_MAX);
     // SAFETY: heap is this thread's heap; small_index(size) < SMALL_DIRECT_LEN;
-    // direct pages are valid (ours or the static empty page).
+    // direct pages are valid (ours or the static empty page); a page with a
+    // block is never the empty page, so heap is a real one when written.
     unsafe {
         let page = *(*heap).direct_small.get_unchecked(class::small_index(size));
         let block = (*page).free;
-        if !block.is_null() {
+        if !block.is_null() && heartbeat(heap) {
             (*page).free = (*page).next_of(block);
             (*block).freed = 0;
             (*page).on_alloc(block as *const u8);
@@ -150,11 +163,12 @@ pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize) -> *mut u8 {
     debug_assert!(class < CLASS_COUNT);
     // SAFETY: heap is this thread's heap; class < CLASS_COUNT (it comes from
     // the class table); direct pages are valid (a page of this heap or the
-    // static empty page, whose free list is null).
+    // static empty page, whose free list is null: so heap is a real one
+    // when `heartbeat` writes it).
     unsafe {
         let page = *(*heap).direct.get_unchecked(class);
         let block = (*page).free;
-        if !block.is_null() {
+        if !block.is_null() && heartbeat(heap) {
             (*page).free = (*page).next_of(block);
             (*block).freed = 0;
             (*page).on_alloc(block as *const u8);
@@ -165,6 +179,53 @@ pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize) -> *mut u8 {
     }
     // SAFETY: as above.
     unsafe { alloc_slow(heap, class) }
+}
+
+/// Counts down one fast-path allocation; false when the heartbeat is due
+/// (the caller then takes the slow path, which restarts the countdown).
+///
+/// # Safety
+/// `heap` must be the calling thread's heap, not the static empty heap.
+#[inline(always)]
+unsafe fn heartbeat(heap: *mut Heap) -> bool {
+    // SAFETY: the caller guarantees heap is its own, writable heap.
+    unsafe {
+        (*heap).heartbeat = (*heap).heartbeat.wrapping_sub(1);
+        (*heap).heartbeat != 0
+    }
+}
+
+/// Allocates `size <= MEDIUM_SIZE_MAX` bytes of `class`, zeroed. A block
+/// carved from fresh OS memory and never handed out is known to be zero
+/// but for its link word (`Page::pop_fresh`), so only that word is cleared.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap; `class` is `size`'s class (or
+/// a larger one).
+pub(crate) unsafe fn alloc_zeroed(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
+    debug_assert!(class < CLASS_COUNT && size <= class::BLOCK_SIZE[class]);
+    // SAFETY: as in `alloc`; refill returns this thread's heap and a page
+    // of it with a free block.
+    unsafe {
+        let page = *(*heap).direct.get_unchecked(class);
+        let (heap, page) = if (*page).free.is_null() {
+            refill(heap, class)
+        } else {
+            (heap, page)
+        };
+        if page.is_null() {
+            return ptr::null_mut();
+        }
+        (*heap).counts.count_alloc(class);
+        let (p, fresh) = (*page).pop_fresh();
+        let dirty = if fresh {
+            size.min(core::mem::size_of::<usize>())
+        } else {
+            size
+        };
+        ptr::write_bytes(p, 0, dirty);
+        p
+    }
 }
 
 /// The calling thread's per-class counts.
@@ -188,6 +249,27 @@ pub(crate) fn current_or_init() -> *mut Heap {
 #[cold]
 #[inline(never)]
 unsafe fn alloc_slow(heap: *mut Heap, class: usize) -> *mut u8 {
+    // SAFETY: forwarded from the caller; refill returns this thread's heap
+    // and a page of it with a free block (or null).
+    unsafe {
+        let (heap, page) = refill(heap, class);
+        if page.is_null() {
+            return ptr::null_mut();
+        }
+        (*heap).counts.count_alloc(class);
+        (*page).pop()
+    }
+}
+
+/// The slow path's work: sets the thread up on its first allocation, does
+/// the heap's duties (notifications, the clock, purges), restarts the
+/// heartbeat, and finds a page of `class` with a free block. Returns the
+/// thread's heap and that page; the page is null (and `errno = ENOMEM`)
+/// when no memory can be had.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap (possibly the empty heap).
+unsafe fn refill(heap: *mut Heap, class: usize) -> (*mut Heap, *mut Page) {
     let heap = if heap == EMPTY_HEAP.get() {
         thread::init_heap()
     } else {
@@ -195,10 +277,11 @@ unsafe fn alloc_slow(heap: *mut Heap, class: usize) -> *mut u8 {
     };
     if heap.is_null() {
         os::set_errno(libc::ENOMEM);
-        return ptr::null_mut();
+        return (heap, ptr::null_mut());
     }
     // SAFETY: heap is this thread's (freshly created or passed by the caller).
     unsafe {
+        (*heap).heartbeat = HEARTBEAT_ALLOCS;
         if (*heap).notified.load(Ordering::Relaxed) {
             process_notified(heap);
         }
@@ -209,10 +292,8 @@ unsafe fn alloc_slow(heap: *mut Heap, class: usize) -> *mut u8 {
         let page = find_page(heap, class);
         if page.is_null() {
             os::set_errno(libc::ENOMEM);
-            return ptr::null_mut();
         }
-        (*heap).counts.count_alloc(class);
-        (*page).pop()
+        (heap, page)
     }
 }
 
@@ -225,7 +306,7 @@ unsafe fn find_page(heap: *mut Heap, class: usize) -> *mut Page {
         while !page.is_null() {
             let next = (*page).next;
             if (*page).free.is_null() {
-                (*page).collect();
+                (*page).collect_remote();
             }
             if (*page).free.is_null() {
                 (*page).extend();
@@ -241,7 +322,7 @@ unsafe fn find_page(heap: *mut Heap, class: usize) -> *mut Page {
             if (*page).in_use && (*page).flags == 0 {
                 // Remote frees arrived while parking: settle requeued it.
                 if (*page).free.is_null() {
-                    (*page).collect();
+                    (*page).collect_remote();
                 }
                 if !(*page).free.is_null() {
                     queue_move_to_front(heap, page);
@@ -278,7 +359,7 @@ pub(crate) fn alloc_large(size: usize) -> (*mut u8, bool) {
             return (ptr::null_mut(), false);
         }
         (*page).capacity = 1;
-        (*page).carved_bytes = (*page).block_size as u32;
+        (*page).carved = 1;
         (*page).used = 1;
         (*page).flags = PAGE_IN_FULL;
         (*((*page).start as *mut Block)).freed = 0;
@@ -286,7 +367,7 @@ pub(crate) fn alloc_large(size: usize) -> (*mut u8, bool) {
         stats::large_alloc();
         let parked = (*page).try_set_full_notify();
         debug_assert!(parked);
-        ((*page).start, (*page).free_is_zero)
+        ((*page).start, (*page).zero_init)
     }
 }
 
@@ -430,11 +511,7 @@ unsafe fn reclaim(heap: *mut Heap, seg: *mut Segment) {
             if !(*page).in_use {
                 continue;
             }
-            if (*page).free.is_null() {
-                (*page).collect();
-            } else {
-                (*page).collect_remote();
-            }
+            (*page).collect_remote();
             settle(heap, seg, page);
         }
         // An empty reclaimed segment is kept: the caller is acquiring one.
@@ -454,8 +531,7 @@ unsafe fn settle(heap: *mut Heap, seg: *mut Segment, page: *mut Page) {
                 return;
             }
             let large = (*page).class == LARGE_CLASS;
-            let has_blocks = !(*page).free.is_null() || !(*page).local_free.is_null();
-            if !large && (has_blocks || (*page).capacity < (*page).reserved) {
+            if !large && (!(*page).free.is_null() || (*page).capacity < (*page).reserved) {
                 (*page).flags = 0;
                 if (*page).remote_free.load(Ordering::Relaxed) & crate::page::FULL_NOTIFY != 0 {
                     (*page).clear_full_notify();
@@ -522,10 +598,9 @@ unsafe fn release_span(seg: *mut Segment, page: *mut Page) -> u64 {
     // SAFETY: page is an in-use span head of seg, owned by the caller.
     unsafe {
         (*page).in_use = false;
-        (*page).carved_bytes = 0;
+        (*page).carved = 0;
         (*page).flags = 0;
         (*page).free = ptr::null_mut();
-        (*page).local_free = ptr::null_mut();
         let first = (*seg).page_index(page);
         let units = (*page).units as usize;
         (*seg).return_span(first, units);
@@ -581,11 +656,7 @@ unsafe fn sweep(heap: *mut Heap, release_all: bool) {
             let mut page = (*heap).queues[class].first;
             while !page.is_null() {
                 let next = (*page).next;
-                if (*page).free.is_null() {
-                    (*page).collect();
-                } else {
-                    (*page).collect_remote();
-                }
+                (*page).collect_remote();
                 let only = (*heap).queues[class].first == page && next.is_null();
                 if (*page).used == 0 && (release_all || !only) {
                     let seg = segment::segment_of((*page).start.add(1));
@@ -680,9 +751,7 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
                 crate::os::report_pointer("free", "double free of", p);
                 return;
             }
-            (*block).next = (*page).encode((*page).local_free);
-            (*page).local_free = block;
-            (*page).used -= 1;
+            (*page).push(block);
             if (*page).flags & PAGE_IN_FULL != 0 {
                 settle(heap, seg, page);
                 maybe_free_segment(heap, seg);
@@ -868,11 +937,7 @@ pub(crate) unsafe fn heap_abandon(heap: *mut Heap) {
                 // Nobody's queue holds it any more (the heap struct will be
                 // reused: no page may still name it).
                 (*page).local_owner.store(0, Ordering::Relaxed);
-                if (*page).free.is_null() {
-                    (*page).collect();
-                } else {
-                    (*page).collect_remote();
-                }
+                (*page).collect_remote();
                 if (*page).used == 0 {
                     release_span(seg, page);
                 }

@@ -144,11 +144,8 @@ mod front {
     #[inline]
     fn alloc_generic(size: usize, align: usize) -> (*mut u8, bool) {
         debug_assert!(align.is_power_of_two());
-        let (p, zero) = if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
-            // Only reached from alloc_zeroed.
-            // SAFETY: thread::heap() is this thread's heap.
-            (unsafe { heap::alloc(thread::heap(), class::class_of(size)) }, false)
-        } else if align <= PAGE_SIZE {
+        debug_assert!(align > MIN_ALIGN || size > MEDIUM_SIZE_MAX);
+        let (p, zero) = if align <= PAGE_SIZE {
             match class::aligned_class(size, align) {
                 // SAFETY: thread::heap() is this thread's heap.
                 Some(c) if align > MIN_ALIGN => (unsafe { heap::alloc(thread::heap(), c) }, false),
@@ -167,21 +164,15 @@ mod front {
     /// Like [`alloc`], with the block's bytes zeroed. Memory known to be fresh
     /// from the OS is not cleared again.
     pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
-        let (p, zero) = alloc_generic(size, align);
-        if p.is_null() || zero {
-            return p;
+        if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
+            // SAFETY: thread::heap() is this thread's heap; class_of(size)
+            // is size's class.
+            return unsafe { heap::alloc_zeroed(thread::heap(), class::class_of(size), size) };
         }
-        // SAFETY: p is a live block of at least `size` bytes just allocated here.
-        unsafe {
-            let seg = segment_of(p);
-            let page = (*seg).page_of(p);
-            if (*page).free_is_zero {
-                // Only the free-list link word was ever written.
-                let link = size.min(core::mem::size_of::<usize>());
-                ptr::write_bytes(p, 0, link);
-            } else {
-                ptr::write_bytes(p, 0, size);
-            }
+        let (p, zero) = alloc_generic(size, align);
+        if !p.is_null() && !zero {
+            // SAFETY: p is a live block of at least `size` bytes just allocated here.
+            unsafe { ptr::write_bytes(p, 0, size) };
         }
         p
     }
@@ -189,7 +180,7 @@ mod front {
     /// Frees block `p`.
     ///
     /// Fast path: segment by mask, owner check against the thread heap, page by
-    /// shift, push on the page's local free list (about 12 instructions, no
+    /// shift, push on the page's free stack (about 12 instructions, no
     /// atomic read-modify-write). Anything else goes to `heap::free_slow`.
     ///
     /// # Safety
@@ -202,7 +193,7 @@ mod front {
         unsafe { free_owned(thread::heap(), seg, (*seg).page_of(p), p) }
     }
 
-    /// Frees block `p` of `page` in `seg`: pushed on `local_free` when the
+    /// Frees block `p` of `page` in `seg`: pushed on the page's `free` when the
     /// page is queued in `heap` (the caller's: so it is ours and not parked)
     /// and the block does not carry the freed mark; anything else — another
     /// thread's page, a parked or large page, a huge block, a double free —
@@ -223,9 +214,7 @@ mod front {
             {
                 (*block).freed = page::freed_mark(page);
                 (*heap).counts.count_free((*page).class as usize);
-                (*block).next = (*page).encode((*page).local_free);
-                (*page).local_free = block;
-                (*page).used -= 1;
+                (*page).push(block);
                 if (*page).used == 0 {
                     heap::page_retire(heap, seg, page);
                 }

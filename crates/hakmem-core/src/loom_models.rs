@@ -27,19 +27,14 @@ fn carved_page(blocks: usize) -> *mut Page {
     page
 }
 
-/// Drains `free` and `local_free`, checking every block is distinct.
+/// Drains `free` (after collecting remote frees), checking every block is
+/// distinct.
 fn drain_distinct(page: *mut Page) -> usize {
     let mut seen = Vec::new();
     // SAFETY: called by the only remaining thread, which owns the page.
     unsafe {
         (*page).collect_remote();
-        loop {
-            if (*page).free.is_null() {
-                if (*page).local_free.is_null() {
-                    break;
-                }
-                (*page).collect();
-            }
+        while !(*page).free.is_null() {
             let b = (*page).pop() as usize;
             assert!(!seen.contains(&b), "block {b:#x} returned twice");
             seen.push(b);
@@ -77,10 +72,7 @@ fn remote_frees_are_collected_exactly_once() {
         // SAFETY: the owner's fields are touched by this thread only.
         unsafe {
             (*page.0).collect_remote();
-            let b = blocks[2] as *mut Block;
-            (*b).next = (*page.0).encode((*page.0).local_free);
-            (*page.0).local_free = b;
-            (*page.0).used -= 1;
+            (*page.0).push(blocks[2] as *mut Block);
         }
         for p in pushers {
             p.join().unwrap();

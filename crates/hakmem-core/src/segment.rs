@@ -37,7 +37,7 @@ use crate::list::{Linked, LockedList};
 use crate::os;
 use crate::page::{Page, GUARD_BYTES};
 use crate::stats;
-use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, MapWord, Ordering, SpinLock};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, MapEntry, Ordering, SpinLock};
 use core::cell::UnsafeCell;
 use core::ptr;
 
@@ -95,10 +95,9 @@ pub(crate) struct Segment {
     /// Links in the owner heap's list, the cache or the abandoned list.
     pub(crate) next: *mut Segment,
     pub(crate) prev: *mut Segment,
-    /// Page metadata by page index, plus one always-empty entry: a huge
-    /// block 2 MiB past its header maps to index 32, which must read as a
-    /// page with nothing carved.
-    pub(crate) pages: [Page; PAGES_PER_SEGMENT + 1],
+    /// Page metadata by page index (entry 0, the header page's, is never
+    /// in use).
+    pub(crate) pages: [Page; PAGES_PER_SEGMENT],
 }
 
 const _: () = assert!(core::mem::size_of::<Segment>() <= PAGE_SIZE);
@@ -113,14 +112,18 @@ impl Segment {
     /// The page (span head) holding block `p` of this segment. For a huge
     /// segment the result is a page with nothing carved.
     ///
+    /// The index is taken from `p`'s own bits (the segment is 2 MiB
+    /// aligned), which saves subtracting the segment address; a huge block
+    /// exactly 2 MiB past its header maps to index 0, the header page's
+    /// entry, which is never in use.
+    ///
     /// # Safety
     /// `p` must point into the segment's first 2 MiB past its header page,
     /// or be its huge block.
     #[inline(always)]
     pub(crate) unsafe fn page_of(&self, p: *const u8) -> *mut Page {
-        let index = (p as usize - self as *const Self as usize) >> PAGE_SHIFT;
-        // SAFETY: the caller guarantees p lies in this segment's first 2 MiB
-        // past the header, or is its huge block: index <= 32.
+        let index = (p as usize >> PAGE_SHIFT) % PAGES_PER_SEGMENT;
+        // SAFETY: index < PAGES_PER_SEGMENT, the length of `pages`.
         unsafe { (*self.pages.as_ptr().add(index)).head }
     }
 
@@ -246,7 +249,7 @@ impl Segment {
     fn reset_page_heads(&mut self) {
         for page in self.pages.iter_mut() {
             page.in_use = false;
-            page.carved_bytes = 0;
+            page.carved = 0;
             page.units = 0;
             page.head = page;
         }
@@ -258,51 +261,48 @@ fn span_mask(first: usize, units: usize) -> u32 {
 }
 
 // ---------------------------------------------------------------------------
-// The segment map: one bit per 2 MiB of the 47-bit user address space
-// (8 MiB of zero-initialised memory that is only faulted in where used).
+// The segment map: one byte per 2 MiB of the 47-bit user address space
+// (64 MiB of zero-initialised address space that is only faulted in where
+// used: one 4 KiB page of it covers 8 GiB). A byte, not a bit: the checked
+// `free` tests it with one load and compare, where a bit map needs two more
+// shifts and a bit test (docs/BENCHMARKS.md, "Cost of the checks").
 
 const ADDRESS_BITS: usize = 47;
-const MAP_BITS: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT);
-const MAP_WORDS: usize = MAP_BITS / 64;
+const MAP_LEN: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT);
 
-static SEGMENT_MAP: [MapWord; MAP_WORDS] = [const { MapWord::new(0) }; MAP_WORDS];
+static SEGMENT_MAP: [MapEntry; MAP_LEN] = [const { MapEntry::new(0) }; MAP_LEN];
 
-fn map_slot(segment: usize) -> Option<(usize, u64)> {
-    let bit = segment >> SEGMENT_SHIFT;
-    (bit < MAP_BITS).then(|| (bit / 64, 1u64 << (bit % 64)))
+fn map_index(segment: usize) -> Option<usize> {
+    let index = segment >> SEGMENT_SHIFT;
+    (index < MAP_LEN).then_some(index)
 }
 
 fn map_set(segment: *mut Segment, present: bool) {
-    if let Some((word, bit)) = map_slot(segment as usize) {
-        // Release/Acquire with `is_segment`: a thread that sees the bit sees
-        // the initialised header.
-        if present {
-            SEGMENT_MAP[word].fetch_or(bit, Ordering::Release);
-        } else {
-            SEGMENT_MAP[word].fetch_and(!bit, Ordering::Release);
-        }
+    if let Some(index) = map_index(segment as usize) {
+        // Release/Acquire with `is_segment`: a thread that sees the entry
+        // sees the initialised header.
+        SEGMENT_MAP[index].store(u8::from(present), Ordering::Release);
     }
 }
 
 /// Whether `segment` is the start of a hakmem segment (O(1), no system call).
 #[inline]
 pub(crate) fn is_segment(segment: *const Segment) -> bool {
-    match map_slot(segment as usize) {
-        Some((word, bit)) => SEGMENT_MAP[word].load(Ordering::Acquire) & bit != 0,
+    match map_index(segment as usize) {
+        Some(index) => SEGMENT_MAP[index].load(Ordering::Acquire) != 0,
         None => false,
     }
 }
 
 /// Whether block pointer `p` lies in a hakmem segment: `is_segment` of
-/// `segment_of(p)` in fewer instructions (one shift, one bounds compare on
-/// the word index, one load, one bit test). Null and addresses beyond the
-/// user address space fail the bounds compare.
+/// `segment_of(p)` in fewer instructions (one shift, one bounds compare,
+/// one byte load and compare). Null and addresses beyond the user address
+/// space fail the bounds compare.
 #[inline(always)]
 pub(crate) fn in_segment(p: *const u8) -> bool {
-    let bit = (p as usize).wrapping_sub(1) >> SEGMENT_SHIFT;
-    let word = bit / 64;
+    let index = (p as usize).wrapping_sub(1) >> SEGMENT_SHIFT;
     // Acquire: see map_set.
-    word < MAP_WORDS && SEGMENT_MAP[word].load(Ordering::Acquire) & (1u64 << (bit % 64)) != 0
+    index < MAP_LEN && SEGMENT_MAP[index].load(Ordering::Acquire) != 0
 }
 
 // ---------------------------------------------------------------------------

@@ -7,16 +7,16 @@
 //!
 //! The segment map is the one exception: it is a static array read on every
 //! checked `free`, far too large for loom to model, and it is written only when
-//! a segment is mapped or unmapped. It uses [`MapWord`], always a core atomic.
+//! a segment is mapped or unmapped. It uses [`MapEntry`], always a core atomic.
 
 #[cfg(not(hakmem_loom))]
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(hakmem_loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
-/// A word of the segment map (never modelled by loom, see the module doc).
+/// An entry of the segment map (never modelled by loom, see the module doc).
 #[cfg(not(hakmem_loom))]
-pub(crate) type MapWord = core::sync::atomic::AtomicU64;
+pub(crate) type MapEntry = core::sync::atomic::AtomicU8;
 
 /// Spin-wait hint.
 #[cfg(not(hakmem_loom))]

@@ -363,13 +363,16 @@ mod front {
     /// None beyond `free`'s contract: `p` may be any value.
     #[inline]
     pub unsafe fn free_checked(p: *mut u8) {
-        let seg = segment_of(p);
-        if !segment::in_segment(p) {
+        let slot = segment::map_slot(p);
+        if !segment::slot_is_segment(slot) {
             return free_invalid(p);
         }
-        // SAFETY: the segment map says seg is a live segment header; p lies
-        // within its first 2 MiB (or is its huge block), so page_of stays in
-        // the header (huge segments read as pages with nothing carved).
+        let seg = segment::slot_segment(slot);
+        // SAFETY: the segment map says seg is a live segment header; page_of
+        // takes the page index from p's low bits, so it stays in the header
+        // whatever p is (huge segments read as pages with nothing carved).
+        // Only when the block-start test has passed is p known to lie in
+        // seg (map_slot: a p outside the address space fails that test).
         unsafe {
             let page = (*seg).page_of(p);
             if !(*page).is_block_start(p) {
@@ -398,7 +401,10 @@ mod front {
     unsafe fn free_checked_cold(seg: *mut segment::Segment, p: *mut u8) {
         // SAFETY: the caller guarantees seg is live.
         unsafe {
-            if (*seg).kind == SegmentKind::Huge && is_block_start(seg, p) {
+            if segment_of(p) != seg {
+                // Outside the user address space (see segment::map_slot).
+                os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
+            } else if (*seg).kind == SegmentKind::Huge && is_block_start(seg, p) {
                 heap::free_slow(seg, p)
             } else {
                 os::report_pointer("free", "invalid pointer (not the start of a hakmem block)", p);

@@ -274,7 +274,10 @@ static SEGMENT_MAP: [MapEntry; MAP_LEN] = [const { MapEntry::new(0) }; MAP_LEN];
 
 fn map_index(segment: usize) -> Option<usize> {
     let index = segment >> SEGMENT_SHIFT;
-    (index < MAP_LEN).then_some(index)
+    // The last slot is never a segment: the user address space ends one
+    // 4 KiB page below 2^47, so no 2 MiB segment fits there. `map_slot`
+    // relies on it: a null pointer lands in that slot.
+    (index < MAP_LEN - 1).then_some(index)
 }
 
 fn map_set(segment: *mut Segment, present: bool) {
@@ -294,15 +297,33 @@ pub(crate) fn is_segment(segment: *const Segment) -> bool {
     }
 }
 
-/// Whether block pointer `p` lies in a hakmem segment: `is_segment` of
-/// `segment_of(p)` in fewer instructions (one shift, one bounds compare,
-/// one byte load and compare). Null and addresses beyond the user address
-/// space fail the bounds compare.
+/// The segment-map slot of block pointer `p`: the slot of `segment_of(p)`
+/// for any pointer into the user address space, and always in range (the
+/// bits above the address space are masked off, not tested: one `and`
+/// instead of a shift and a branch on the checked `free` path). Null lands
+/// in the last slot, which is never a segment (`map_index`).
+///
+/// A pointer outside the user address space (bits 47 and up set) shares a
+/// slot with one inside: `slot_segment` then names a real segment that
+/// does not contain `p`, and callers must not trust `p` until a test that
+/// involves `p`'s full value has passed (`Page::is_block_start` fails for
+/// such a `p`: its offset from any block is at least 2^47 - 2 MiB).
 #[inline(always)]
-pub(crate) fn in_segment(p: *const u8) -> bool {
-    let index = (p as usize).wrapping_sub(1) >> SEGMENT_SHIFT;
+pub(crate) fn map_slot(p: *const u8) -> usize {
+    ((p as usize).wrapping_sub(1) >> SEGMENT_SHIFT) & (MAP_LEN - 1)
+}
+
+/// Whether map slot `slot` (from `map_slot`) is a live hakmem segment.
+#[inline(always)]
+pub(crate) fn slot_is_segment(slot: usize) -> bool {
     // Acquire: see map_set.
-    index < MAP_LEN && SEGMENT_MAP[index].load(Ordering::Acquire) != 0
+    SEGMENT_MAP[slot].load(Ordering::Acquire) != 0
+}
+
+/// The segment header of map slot `slot`.
+#[inline(always)]
+pub(crate) fn slot_segment(slot: usize) -> *mut Segment {
+    (slot << SEGMENT_SHIFT) as *mut Segment
 }
 
 // ---------------------------------------------------------------------------

@@ -56,6 +56,16 @@ fn scenario(name: &str) {
                 hakmem_core::free_checked(&x as *const u64 as *mut u8);
             }
             "garbage-pointer" => hakmem_core::free_checked(0x1234_5678 as *mut u8),
+            // Outside the user address space but equal, below bit 47, to a
+            // live block: shares that block's segment-map slot.
+            "high-alias-pointer" => {
+                let p = hakmem_core::malloc(100);
+                hakmem_core::free_checked((p as usize | 1 << 47) as *mut u8);
+            }
+            "high-alias-huge" => {
+                let p = hakmem_core::malloc(5 << 20);
+                hakmem_core::free_checked((p as usize | 1 << 63) as *mut u8);
+            }
             "realloc-freed" => {
                 let p = hakmem_core::malloc(64);
                 hakmem_core::free(p);
@@ -119,6 +129,14 @@ fn every_misuse_aborts_with_a_hakmem_message() {
             "free(): invalid pointer (not allocated by hakmem) 0x0000000012345678",
         ),
         ("realloc-freed", "realloc(): pointer already freed 0x"),
+        (
+            "high-alias-pointer",
+            "free(): invalid pointer (not allocated by hakmem) 0x0000",
+        ),
+        (
+            "high-alias-huge",
+            "free(): invalid pointer (not allocated by hakmem) 0x8",
+        ),
     ];
     for (name, message) in cases {
         let (status, stderr) = run_child(name, None);

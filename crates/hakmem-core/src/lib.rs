@@ -10,7 +10,7 @@
 //! Layers, top-down (docs/DESIGN.md has the whole picture):
 //! this file (the `Hakmem` type, the C-style entry points, argument routing
 //! and the free fast path) → `class` (size classes) → `heap` (the thread
-//! heap and slow paths) → `page` (a page's three free lists) → `segment`
+//! heap and slow paths) → `page` (a page's free stack and remote stack) → `segment`
 //! (2 MiB segments, pointer arithmetic, the segment map, global lists) →
 //! `os` (the only code that calls the OS). `thread` binds heaps to threads.
 //!
@@ -51,7 +51,7 @@ pub use front::*;
 
 #[cfg(not(hakmem_loom))]
 mod front {
-    use crate::{class, heap, os, page, segment, sync, thread};
+    use crate::{class, heap, os, page, segment, thread};
     use core::alloc::{GlobalAlloc, Layout};
     use core::ptr;
 
@@ -208,10 +208,7 @@ mod front {
         // SAFETY: the caller guarantees page, seg and heap are the block's
         // and the caller's own.
         unsafe {
-            if (*page).local_owner.load(sync::Ordering::Relaxed) == heap as usize
-                && (*block).freed != page::freed_mark(page)
-                && !(*page).on_free_was_free(p)
-            {
+            if owned_by(page, heap) && (*block).freed != page::freed_mark(page) && !(*page).on_free_was_free(p) {
                 (*block).freed = page::freed_mark(page);
                 (*heap).counts.count_free((*page).class as usize);
                 (*page).push(block);
@@ -222,6 +219,31 @@ mod front {
                 heap::free_slow(seg, p)
             }
         }
+    }
+
+    /// Whether `page` is queued in `heap` (its `local_owner` is `heap`): the
+    /// free fast path's owner test, as one compare against memory and a
+    /// branch (a Rust atomic load is not folded into the compare).
+    ///
+    /// # Safety
+    /// `page` must point to a valid `Page`.
+    #[inline(always)]
+    unsafe fn owned_by(page: *const page::Page, heap: *mut heap::Heap) -> bool {
+        // SAFETY: page is valid (the caller's guarantee), so the 8 bytes at
+        // the offset of `local_owner` are that atomic's: an aligned x86
+        // load, atomic in hardware, as the Relaxed load it replaces.
+        unsafe {
+            core::arch::asm!(
+                "cmp qword ptr [{page} + {owner}], {heap}",
+                "jne {other}",
+                page = in(reg) page,
+                owner = const core::mem::offset_of!(page::Page, local_owner),
+                heap = in(reg) heap,
+                other = label { return false; },
+                options(nostack, readonly),
+            );
+        }
+        true
     }
 
     /// Whether `p` lies in a segment hakmem mapped (O(1), no system call).

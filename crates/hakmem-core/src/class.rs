@@ -112,7 +112,7 @@ pub fn aligned_class(size: usize, align: usize) -> Option<usize> {
         return None;
     }
     let c = class_of(s);
-    if BLOCK_SIZE[c] % align == 0 {
+    if BLOCK_SIZE[c].is_multiple_of(align) {
         return Some(c);
     }
     let p = s.next_power_of_two();

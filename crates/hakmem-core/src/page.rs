@@ -476,7 +476,7 @@ impl Page {
         let end = self.start as usize + self.capacity as usize * self.block_size;
         while !list.is_null() {
             let a = list as usize;
-            if a < self.start as usize || a >= end || (a - self.start as usize) % self.block_size != 0 {
+            if a < self.start as usize || a >= end || !(a - self.start as usize).is_multiple_of(self.block_size) {
                 return None;
             }
             n += 1;

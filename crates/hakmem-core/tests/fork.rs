@@ -16,11 +16,11 @@ fn churn(stop: &AtomicBool, shared: &Mutex<Vec<usize>>, seed: u64) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let size = 1 + (x as usize % 3000) + if x % 97 == 0 { 300_000 } else { 0 };
+        let size = 1 + (x as usize % 3000) + if x.is_multiple_of(97) { 300_000 } else { 0 };
         let p = hakmem_core::malloc(size);
         // SAFETY: p is a live block of at least one byte.
         unsafe { *p = 0x5a };
-        if x % 3 == 0 {
+        if x.is_multiple_of(3) {
             shared.lock().unwrap().push(p as usize);
         } else {
             mine.push(p as usize);

@@ -85,7 +85,7 @@ fn threads_exchange_and_verify_blocks() {
                 for _ in 0..ROUNDS {
                     for _ in 0..PER_ROUND {
                         let r = rng.next();
-                        if !mine.is_empty() && r % 3 == 0 {
+                        if !mine.is_empty() && r.is_multiple_of(3) {
                             let i = (r >> 8) as usize % mine.len();
                             verify_and_free(mine.swap_remove(i));
                         } else {

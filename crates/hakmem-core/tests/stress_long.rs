@@ -30,7 +30,7 @@ impl Rng {
     }
     fn size(&mut self) -> usize {
         let r = self.next();
-        let base = if r % 4 == 0 {
+        let base = if r.is_multiple_of(4) {
             1usize << ((r >> 8) % 12)
         } else {
             1 + (r >> 8) as usize % 2048
@@ -92,7 +92,11 @@ fn threads_swap_blocks_through_shared_slots() {
                     let mut rng = Rng(round.wrapping_mul(1_000_003) + t as u64 * 7919 + 1);
                     for _ in 0..OPS_PER_ROUND {
                         let slot = &slots[rng.next() as usize % SLOTS];
-                        let new = if rng.next() % 4 == 0 { 0 } else { make(&mut rng) };
+                        let new = if rng.next().is_multiple_of(4) {
+                            0
+                        } else {
+                            make(&mut rng)
+                        };
                         let old = slot.swap(new, Ordering::AcqRel);
                         if old != 0 {
                             check_and_free(old);

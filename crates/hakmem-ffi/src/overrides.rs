@@ -33,7 +33,7 @@ const OS_PAGE_SIZE: usize = 4096;
 
 /// `posix_memalign`'s rule: a power of two and a multiple of `sizeof(void *)`.
 fn is_posix_alignment(align: usize) -> bool {
-    align.is_power_of_two() && align % core::mem::size_of::<*mut c_void>() == 0
+    align.is_power_of_two() && align.is_multiple_of(core::mem::size_of::<*mut c_void>())
 }
 
 /// glibc's `memalign` (and, in 2.36, `aligned_alloc`) rule: an alignment up

@@ -204,11 +204,13 @@ unsafe fn heartbeat(heap: *mut Heap) -> bool {
 /// a larger one).
 pub(crate) unsafe fn alloc_zeroed(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
     debug_assert!(class < CLASS_COUNT && size <= class::BLOCK_SIZE[class]);
-    // SAFETY: as in `alloc`; refill returns this thread's heap and a page
-    // of it with a free block.
+    // refill returns this thread's heap and a page of it with a free block.
+    // SAFETY: as in `alloc`; the page is checked for null before use.
     unsafe {
         let page = *(*heap).direct.get_unchecked(class);
-        let (heap, page) = if (*page).free.is_null() {
+        // The heartbeat counts calloc's hits too (a page with a block is
+        // never the empty page, so heap is a real one when written).
+        let (heap, page) = if (*page).free.is_null() || !heartbeat(heap) {
             refill(heap, class)
         } else {
             (heap, page)
@@ -249,8 +251,8 @@ pub(crate) fn current_or_init() -> *mut Heap {
 #[cold]
 #[inline(never)]
 unsafe fn alloc_slow(heap: *mut Heap, class: usize) -> *mut u8 {
-    // SAFETY: forwarded from the caller; refill returns this thread's heap
-    // and a page of it with a free block (or null).
+    // refill returns this thread's heap and a page of it with a free block.
+    // SAFETY: the caller's guarantee; the page is checked for null before use.
     unsafe {
         let (heap, page) = refill(heap, class);
         if page.is_null() {

@@ -180,8 +180,8 @@ mod front {
     /// Frees block `p`.
     ///
     /// Fast path: segment by mask, owner check against the thread heap, page by
-    /// shift, push on the page's free stack (about 12 instructions, no
-    /// atomic read-modify-write). Anything else goes to `heap::free_slow`.
+    /// shift, push on the page's free stack (no lock, no atomic
+    /// read-modify-write). Anything else goes to `heap::free_slow`.
     ///
     /// # Safety
     /// `p` must be a live block returned by this allocator (not null).
@@ -229,9 +229,9 @@ mod front {
     /// `page` must point to a valid `Page`.
     #[inline(always)]
     unsafe fn owned_by(page: *const page::Page, heap: *mut heap::Heap) -> bool {
-        // SAFETY: page is valid (the caller's guarantee), so the 8 bytes at
-        // the offset of `local_owner` are that atomic's: an aligned x86
-        // load, atomic in hardware, as the Relaxed load it replaces.
+        // An aligned x86 load is atomic in hardware, as the Relaxed load it
+        // replaces.
+        // SAFETY: page is valid (caller): the 8 bytes read are `local_owner`'s.
         unsafe {
             core::arch::asm!(
                 "cmp qword ptr [{page} + {owner}], {heap}",
@@ -390,11 +390,10 @@ mod front {
             return free_invalid(p);
         }
         let seg = segment::slot_segment(slot);
-        // SAFETY: the segment map says seg is a live segment header; page_of
-        // takes the page index from p's low bits, so it stays in the header
-        // whatever p is (huge segments read as pages with nothing carved).
-        // Only when the block-start test has passed is p known to lie in
-        // seg (map_slot: a p outside the address space fails that test).
+        // Only when the block-start test has passed is p known to lie in seg
+        // (map_slot: a p outside the address space fails that test).
+        // SAFETY: seg is a live segment header (the map says so); page_of
+        // takes the index from p's low bits, so it stays in the header.
         unsafe {
             let page = (*seg).page_of(p);
             if !(*page).is_block_start(p) {

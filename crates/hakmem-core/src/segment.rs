@@ -291,10 +291,7 @@ fn map_set(segment: *mut Segment, present: bool) {
 /// Whether `segment` is the start of a hakmem segment (O(1), no system call).
 #[inline]
 pub(crate) fn is_segment(segment: *const Segment) -> bool {
-    match map_index(segment as usize) {
-        Some(index) => SEGMENT_MAP[index].load(Ordering::Acquire) != 0,
-        None => false,
-    }
+    map_index(segment as usize).is_some_and(slot_is_segment)
 }
 
 /// The segment-map slot of block pointer `p`: the slot of `segment_of(p)`
@@ -307,7 +304,7 @@ pub(crate) fn is_segment(segment: *const Segment) -> bool {
 /// slot with one inside: `slot_segment` then names a real segment that
 /// does not contain `p`, and callers must not trust `p` until a test that
 /// involves `p`'s full value has passed (`Page::is_block_start` fails for
-/// such a `p`: its offset from any block is at least 2^47 - 2 MiB).
+/// such a `p`: its offset from any block is at least 2^47 - 4 MiB).
 #[inline(always)]
 pub(crate) fn map_slot(p: *const u8) -> usize {
     ((p as usize).wrapping_sub(1) >> SEGMENT_SHIFT) & (MAP_LEN - 1)
@@ -321,11 +318,11 @@ pub(crate) fn map_slot(p: *const u8) -> usize {
 /// path that instruction is worth saving.
 #[inline(always)]
 pub(crate) fn slot_is_segment(slot: usize) -> bool {
-    // SAFETY: slot < MAP_LEN (map_slot masks it), so the byte read is
-    // inside SEGMENT_MAP. The read is an x86 byte load, atomic and with
-    // acquire ordering in hardware, like the Acquire load it replaces
-    // (pairs with map_set's Release store); the asm is not marked
-    // `readonly`, so the compiler moves no later load above it.
+    // Ordering: an x86 byte load is atomic and has acquire ordering in
+    // hardware, like the Acquire load it replaces (pairs with map_set's
+    // Release store); the asm is not `readonly`, so the compiler moves no
+    // later load above it.
+    // SAFETY: slot < MAP_LEN (map_slot masks it): the byte is SEGMENT_MAP's.
     unsafe {
         core::arch::asm!(
             "cmp byte ptr [{map} + {slot}], 0",

@@ -523,13 +523,27 @@ static _Noreturn void usage(const char *why) {
 }
 
 /* A failed LD_PRELOAD only warns and runs with glibc; that must not pass
- * for a measurement of the preloaded allocator. */
+ * for a measurement of the preloaded allocator. Every entry of the list
+ * (ld.so separates them with colons or spaces; valgrind, for one, puts its
+ * own library first) must be loaded. */
 static void check_preloaded(void) {
     const char *preload = getenv("LD_PRELOAD");
-    if (preload == NULL || *preload == '\0') return;
-    if (dlopen(preload, RTLD_LAZY | RTLD_NOLOAD) == NULL) {
-        fprintf(stderr, "bench: LD_PRELOAD=%s is not loaded\n", preload);
-        exit(EXIT_NOT_PRELOADED);
+    if (preload == NULL) return;
+    for (const char *s = preload; *s != '\0'; s += *s != '\0') {
+        size_t len = strcspn(s, ": ");
+        if (len == 0) continue;
+        char entry[4096];
+        int loaded = len < sizeof entry;
+        if (loaded) {
+            memcpy(entry, s, len);
+            entry[len] = '\0';
+            loaded = dlopen(entry, RTLD_LAZY | RTLD_NOLOAD) != NULL;
+        }
+        if (!loaded) {
+            fprintf(stderr, "bench: LD_PRELOAD=%s: %.*s is not loaded\n", preload, (int)len, s);
+            exit(EXIT_NOT_PRELOADED);
+        }
+        s += len;
     }
 }
 

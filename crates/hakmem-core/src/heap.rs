@@ -762,7 +762,7 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
             }
         } else if (*page).on_free_was_free(p) {
             crate::os::report_pointer("free", "double free of", p);
-        } else if (*page).push_remote(block) {
+        } else if (*page).push_remote(block, block, 1) {
             (*seg).notify(page);
         }
     }

@@ -51,37 +51,53 @@ unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for SendPtr<T> {}
 
-/// Remote free: two threads push blocks while the owner collects; no block
-/// is lost or returned twice and `used` ends right.
+/// Remote free: one thread pushes a chain of two blocks (a flushed batch),
+/// another a single block, while the owner collects (with `free` empty, so
+/// the stack is taken without a walk, and then with `free` holding a block,
+/// so the chain is walked to its tail); no block is lost or returned twice,
+/// and `used` ends right (the count travels in the stack word).
 #[test]
 fn remote_frees_are_collected_exactly_once() {
     loom::model(|| {
-        let page = SendPtr(carved_page(3));
-        // SAFETY: the owner allocates all three blocks before sharing.
-        let blocks: Vec<usize> = unsafe { (0..3).map(|_| (*page.0).pop() as usize).collect() };
-        let pushers: Vec<_> = (0..2)
-            .map(|i| {
-                let b = blocks[i];
-                thread::spawn(move || {
-                    // SAFETY: block b is live and freed by this thread only.
-                    unsafe { (*page.0).push_remote(b as *mut Block) };
-                })
-            })
-            .collect();
-        // The owner collects concurrently and frees its third block locally.
+        let page = SendPtr(carved_page(4));
+        // SAFETY: the owner allocates all four blocks before sharing.
+        let blocks: Vec<usize> = unsafe { (0..4).map(|_| (*page.0).pop() as usize).collect() };
+        let (b0, b1, b2) = (
+            blocks[0] as *mut Block,
+            blocks[1] as *mut Block,
+            blocks[2] as *mut Block,
+        );
+        let chain = (SendPtr(b0), SendPtr(b1));
+        let chain_pusher = thread::spawn(move || {
+            let (head, tail) = (chain.0 .0, chain.1 .0);
+            // SAFETY: both blocks are live and freed by this thread only;
+            // the chain is linked with the page's encoding, as a batch is.
+            unsafe {
+                (*head).next = (*page.0).encode(tail);
+                (*page.0).push_remote(head, tail, 2);
+            }
+        });
+        let single = SendPtr(b2);
+        let single_pusher = thread::spawn(move || {
+            let b = single.0;
+            // SAFETY: block b is live and freed by this thread only.
+            unsafe { (*page.0).push_remote(b, b, 1) };
+        });
+        // The owner collects concurrently, frees its fourth block locally,
+        // and collects again.
         // SAFETY: the owner's fields are touched by this thread only.
         unsafe {
             (*page.0).collect_remote();
-            (*page.0).push(blocks[2] as *mut Block);
+            (*page.0).push(blocks[3] as *mut Block);
+            (*page.0).collect_remote();
         }
-        for p in pushers {
-            p.join().unwrap();
-        }
+        chain_pusher.join().unwrap();
+        single_pusher.join().unwrap();
         // SAFETY: all other threads have finished.
         unsafe { (*page.0).collect_remote() };
         // SAFETY: as above.
         assert_eq!(unsafe { (*page.0).used }, 0);
-        assert_eq!(drain_distinct(page.0), 3);
+        assert_eq!(drain_distinct(page.0), 4);
     });
 }
 
@@ -105,7 +121,7 @@ fn parked_page_notifies_on_first_remote_free() {
                 let notified = notified.clone();
                 thread::spawn(move || {
                     // SAFETY: block b is live and freed by this thread only.
-                    if unsafe { (*page.0).push_remote(b as *mut Block) } {
+                    if unsafe { (*page.0).push_remote(b as *mut Block, b as *mut Block, 1) } {
                         notified.fetch_add(1, Ordering::SeqCst);
                     }
                 })
@@ -182,7 +198,7 @@ fn abandoned_segment_is_reclaimed_by_exactly_one_heap() {
             for &blk in &blocks {
                 // SAFETY: blk is live and freed by this thread only.
                 unsafe {
-                    if (*(*s.0).page).push_remote(blk as *mut Block) {
+                    if (*(*s.0).page).push_remote(blk as *mut Block, blk as *mut Block, 1) {
                         (*s.0).notify_bits.fetch_or(1, Ordering::SeqCst);
                         let h = (*s.0).heap.load(Ordering::SeqCst);
                         if !h.is_null() {

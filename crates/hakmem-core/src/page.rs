@@ -14,7 +14,12 @@
 //! * `remote_free` — an atomic stack of blocks other threads freed, taken
 //!   whole by the owner with one swap. Its low bit is `FULL_NOTIFY`: set by
 //!   the owner when it parks the page as full, cleared by the first remote
-//!   push, which then tells the owner (see `Segment::notify`).
+//!   push, which then tells the owner (see `Segment::notify`). Its top 16
+//!   bits count the blocks on the stack, added by each push, so the owner
+//!   learns how many it took without walking them: the walk was a chain of
+//!   cache misses on lines the freeing thread had just written, and with
+//!   `free` empty (the usual case when the owner collects) the stack simply
+//!   becomes `free`.
 //!
 //! Blocks are carved lazily (`extend`), a few KiB at a time, so memory that
 //! is never allocated is never touched.
@@ -60,6 +65,15 @@ pub(crate) fn freed_mark(page: *const Page) -> usize {
 /// Low bit of `remote_free`: the owner parked the page as full and wants to
 /// hear about the first remote free.
 pub(crate) const FULL_NOTIFY: usize = 1;
+
+/// `remote_free` bits from here up count the blocks on the stack. User
+/// addresses stay below 2^47 on x86-64 Linux (the segment map relies on it
+/// too) and a span holds at most 4096 blocks (64 KiB of 16-byte blocks;
+/// medium spans hold fewer), so neither field reaches the other.
+const REMOTE_COUNT_SHIFT: u32 = 48;
+
+/// The bits of `remote_free` that hold the stack's top block.
+const REMOTE_HEAD_MASK: usize = ((1 << REMOTE_COUNT_SHIFT) - 1) & !FULL_NOTIFY;
 
 /// `flags` bit: the page is parked as full (not in its class queue) or holds
 /// a large block; any free into it takes the slow path.
@@ -214,6 +228,7 @@ impl Page {
         self.capacity = 0;
         self.carved = 0;
         self.reserved = (bytes / block_size) as u32;
+        debug_assert!((self.reserved as usize) < 1 << (usize::BITS - REMOTE_COUNT_SHIFT));
         self.block_size = block_size;
         self.block_shift = block_size.trailing_zeros() as u8;
         self.block_inverse = odd_inverse((block_size >> self.block_shift) as u64);
@@ -400,50 +415,66 @@ impl Page {
     }
 
     /// Takes every remotely freed block into `free` (prepending). Leaves
-    /// `FULL_NOTIFY` alone when no remote block was waiting.
+    /// `FULL_NOTIFY` alone when no remote block was waiting. Walks the
+    /// taken blocks only when `free` is not empty (to link their tail).
     pub(crate) fn collect_remote(&mut self) {
-        if self.remote_free.load(Ordering::Relaxed) & !FULL_NOTIFY == 0 {
+        if self.remote_free.load(Ordering::Relaxed) & REMOTE_HEAD_MASK == 0 {
             return;
         }
         // Acquire: pairs with the Release CAS in `push_remote`, making the
         // pushers' link writes (and the user's last writes) visible.
-        let head = (self.remote_free.swap(0, Ordering::Acquire) & !FULL_NOTIFY) as *mut Block;
+        let word = self.remote_free.swap(0, Ordering::Acquire);
+        let head = (word & REMOTE_HEAD_MASK) as *mut Block;
         if head.is_null() {
             return;
         }
-        let mut count = 1u32;
-        let mut tail = head;
-        // SAFETY: every block on the remote stack is a block of this page
-        // pushed by `push_remote`; the swap gave this thread the whole stack.
-        unsafe {
-            loop {
-                let next = self.next_of(tail);
-                if next.is_null() {
-                    break;
+        let count = (word >> REMOTE_COUNT_SHIFT) as u32;
+        if !self.free.is_null() {
+            let mut tail = head;
+            // SAFETY: every block on the remote stack is a block of this
+            // page pushed by `push_remote`; the swap gave this thread the
+            // whole stack.
+            unsafe {
+                loop {
+                    let next = self.next_of(tail);
+                    if next.is_null() {
+                        break;
+                    }
+                    tail = next;
                 }
-                tail = next;
-                count += 1;
+                (*tail).next = self.encode(self.free);
             }
-            (*tail).next = self.encode(self.free);
         }
         self.free = head;
-        debug_assert!(count <= self.used);
+        debug_assert!(count >= 1 && count <= self.used);
         self.used -= count;
     }
 
-    /// Pushes `block` onto the remote stack (any thread). Returns true when
+    /// Blocks waiting on the remote stack (for tests).
+    #[cfg(all(test, not(hakmem_loom)))]
+    pub(crate) fn remote_waiting(&self) -> u32 {
+        (self.remote_free.load(Ordering::Relaxed) >> REMOTE_COUNT_SHIFT) as u32
+    }
+
+    /// Pushes the chain `head ..= tail` of `count` blocks of this page onto
+    /// the remote stack (any thread): one CAS for the whole chain. The
+    /// chain's links, but for `tail`'s, are already written (encoded); a
+    /// single block is the chain `block ..= block` of 1. Returns true when
     /// the owner had parked the page as full and must be told.
-    pub(crate) fn push_remote(&self, block: *mut Block) -> bool {
+    pub(crate) fn push_remote(&self, head: *mut Block, tail: *mut Block, count: u32) -> bool {
+        debug_assert!(head as usize & !REMOTE_HEAD_MASK == 0);
         let mut old = self.remote_free.load(Ordering::Relaxed);
         loop {
-            // SAFETY: block is a block of this page being freed by the
-            // caller, who owns it until the CAS publishes it.
-            unsafe { (*block).next = self.encode((old & !FULL_NOTIFY) as *mut Block) };
-            // Release: publishes the link write above (and the user's writes
-            // to the block) to the owner's Acquire swap in `collect_remote`.
+            // SAFETY: the chain's blocks are blocks of this page being freed
+            // by the caller, who owns them until the CAS publishes them.
+            unsafe { (*tail).next = self.encode((old & REMOTE_HEAD_MASK) as *mut Block) };
+            let total = (old >> REMOTE_COUNT_SHIFT) + count as usize;
+            let new = head as usize | total << REMOTE_COUNT_SHIFT;
+            // Release: publishes the link writes (and the user's writes to
+            // the blocks) to the owner's Acquire swap in `collect_remote`.
             match self
                 .remote_free
-                .compare_exchange_weak(old, block as usize, Ordering::Release, Ordering::Relaxed)
+                .compare_exchange_weak(old, new, Ordering::Release, Ordering::Relaxed)
             {
                 Ok(_) => return old & FULL_NOTIFY != 0,
                 Err(current) => old = current,
@@ -581,7 +612,7 @@ mod tests {
         assert!(page.extend());
         let blocks: Vec<*mut u8> = (0..4).map(|_| page.pop()).collect();
         for &b in &blocks {
-            assert!(!page.push_remote(b as *mut Block));
+            assert!(!page.push_remote(b as *mut Block, b as *mut Block, 1));
         }
         assert_eq!(page.used, 4);
         while !page.free.is_null() {
@@ -591,6 +622,39 @@ mod tests {
         page.collect_remote();
         assert_eq!(page.used, used_before - 4);
         assert!(page.is_valid());
+    }
+
+    #[test]
+    fn every_span_fits_the_remote_count() {
+        use crate::class::{span_pages, BLOCK_SIZE};
+        for (class, block_size) in BLOCK_SIZE.iter().enumerate() {
+            let blocks = span_pages(class) * crate::segment::PAGE_SIZE / block_size;
+            assert!(blocks <= 4096, "class {class}: {blocks} blocks");
+            assert!(blocks < 1 << (usize::BITS - REMOTE_COUNT_SHIFT));
+        }
+    }
+
+    #[test]
+    fn a_remote_chain_is_counted_and_joined_to_a_non_empty_free() {
+        let mut buf = std::vec![0u8; 4096];
+        let mut page = page_over(&mut buf, 256);
+        assert!(page.extend());
+        let b: Vec<*mut Block> = (0..6).map(|_| page.pop() as *mut Block).collect();
+        let (b0, b1, b2) = (b[0], b[1], b[2]);
+        // SAFETY: b0..b2 are handed-out blocks of the page, linked into a
+        // chain as a remote batch is.
+        unsafe {
+            (*b0).next = page.encode(b1);
+            (*b1).next = page.encode(b2);
+        }
+        assert!(!page.push_remote(b[0], b[2], 3));
+        assert!(!page.push_remote(b[3], b[3], 1));
+        assert_eq!(page.remote_waiting(), 4);
+        assert!(!page.free.is_null(), "the carved rest is still free");
+        page.collect_remote();
+        assert_eq!(page.used, 2);
+        assert_eq!(page.remote_waiting(), 0);
+        assert!(page.is_valid(), "every block is on free once");
     }
 
     #[test]
@@ -669,8 +733,8 @@ mod tests {
         assert!(page.extend());
         let blocks: Vec<*mut u8> = (0..4).map(|_| page.pop()).collect();
         assert!(page.try_set_full_notify());
-        assert!(page.push_remote(blocks[0] as *mut Block));
-        assert!(!page.push_remote(blocks[1] as *mut Block));
+        assert!(page.push_remote(blocks[0] as *mut Block, blocks[0] as *mut Block, 1));
+        assert!(!page.push_remote(blocks[1] as *mut Block, blocks[1] as *mut Block, 1));
         assert!(!page.try_set_full_notify(), "blocks are waiting");
         page.collect_remote();
         assert_eq!(page.used, 2);

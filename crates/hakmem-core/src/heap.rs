@@ -61,6 +61,9 @@ pub(crate) struct Heap {
     slow_ticks: u32,
     /// Per-class counts (empty without the `stats` feature).
     pub(crate) counts: stats::HeapCounts,
+    /// Blocks this thread freed into other threads' pages, gathered per
+    /// page and pushed there one chain at a time (see `remote_free`).
+    remote: [RemoteBatch; REMOTE_BATCHES],
     /// Next heap in the pool's free list.
     pool_next: *mut Heap,
     /// Set by a remote free that ended a parked-full state in one of our
@@ -100,6 +103,7 @@ pub(crate) static EMPTY_HEAP: ReadOnlyStatic<Heap> = ReadOnlyStatic(UnsafeCell::
     sweep_at_ms: 0,
     slow_ticks: 0,
     counts: stats::HeapCounts::ZERO,
+    remote: [RemoteBatch::EMPTY; REMOTE_BATCHES],
     pool_next: ptr::null_mut(),
     notified: CachePadded::new(AtomicBool::new(false)),
 }));
@@ -632,6 +636,7 @@ unsafe fn periodic(heap: *mut Heap) {
     let now = os::now_ms();
     // SAFETY: heap is the caller's own heap.
     unsafe {
+        flush_remote(heap);
         if now >= (*heap).sweep_at_ms {
             let delay = crate::config::config().purge_delay_ms;
             let interval = if delay > 0 { delay as u64 } else { SWEEP_INTERVAL_MS };
@@ -701,6 +706,7 @@ pub(crate) fn collect(force: bool) {
     if heap != EMPTY_HEAP.get() {
         // SAFETY: heap is this thread's heap.
         unsafe {
+            flush_remote(heap);
             process_notified(heap);
             sweep(heap, force);
             heap_purge(heap, now, force);
@@ -762,8 +768,142 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
             }
         } else if (*page).on_free_was_free(p) {
             crate::os::report_pointer("free", "double free of", p);
-        } else if (*page).push_remote(block, block, 1) {
-            (*seg).notify(page);
+        } else {
+            remote_free(heap, page, block);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Remote frees, batched per page (freeing thread only).
+//
+// A block freed into another thread's page is not pushed on that page's
+// atomic stack at once: it is prepended to a chain this heap keeps for the
+// page, and the chain is pushed whole with one CAS (`flush_batch`) when it
+// holds `REMOTE_BATCH_BYTES`, when a block of another page needs its slot,
+// and on the heap's periodic slow path, `collect` and thread exit. Every
+// remote push steals the cache line the owner's malloc writes; batching
+// makes that one steal per chain instead of one per block (jemalloc's and
+// tcmalloc's thread caches and snmalloc's remote queues batch for the same
+// reason). A batched block is still counted in its page's `used`, so the
+// page stays in use, of its class, until the chain arrives; it already
+// carries its freed mark, so a double free is still caught. What a thread
+// can hold back is bounded: `REMOTE_BATCHES * REMOTE_BATCH_BYTES` (64 KiB),
+// also while it sleeps.
+
+/// Chains a heap keeps open at a time (one per page, by a hash of the page).
+const REMOTE_BATCHES: usize = 16;
+/// Bytes of blocks after which a chain is pushed. A block this size or
+/// larger is pushed alone, at once.
+const REMOTE_BATCH_BYTES: usize = 4096;
+
+/// One open chain of blocks freed into `page`: `head ..= tail`, linked
+/// with the page's encoding; `tail`'s link is written by the push.
+#[derive(Clone, Copy)]
+struct RemoteBatch {
+    /// The page the chain's blocks belong to; null when the slot is free.
+    page: *mut Page,
+    head: *mut Block,
+    tail: *mut Block,
+    /// Blocks in the chain, and their bytes.
+    count: u32,
+    bytes: usize,
+}
+
+impl RemoteBatch {
+    const EMPTY: Self = Self {
+        page: ptr::null_mut(),
+        head: ptr::null_mut(),
+        tail: ptr::null_mut(),
+        count: 0,
+        bytes: 0,
+    };
+}
+
+/// The batch slot of `page`: page metadata sits 128 bytes apart in its
+/// segment header, so bits 7.. tell the pages of a segment apart, and the
+/// segment's own bits are mixed in.
+fn batch_slot(page: *const Page) -> usize {
+    let a = page as usize;
+    ((a >> 7) ^ (a >> segment::SEGMENT_SHIFT)) % REMOTE_BATCHES
+}
+
+/// Frees `block` of `page`, a page this thread does not own (its freed mark
+/// is written): into the page's open chain, pushed when it is full.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap (possibly the empty heap);
+/// `block` a live block of `page` that the caller is freeing.
+unsafe fn remote_free(heap: *mut Heap, page: *mut Page, block: *mut Block) {
+    // SAFETY: the caller's guarantees; the batch slots are this thread's.
+    unsafe {
+        let size = (*page).block_size;
+        if heap == EMPTY_HEAP.get() || size >= REMOTE_BATCH_BYTES {
+            // No heap of its own to gather in (a thread that never
+            // allocated, or one that has exited), or a block worth a push.
+            push_chain(page, block, block, 1);
+            return;
+        }
+        let batch = &mut (*heap).remote[batch_slot(page)];
+        if batch.page == page {
+            (*block).next = (*page).encode(batch.head);
+            batch.head = block;
+            batch.count += 1;
+            batch.bytes += size;
+        } else {
+            flush_batch(batch);
+            *batch = RemoteBatch {
+                page,
+                head: block,
+                tail: block,
+                count: 1,
+                bytes: size,
+            };
+        }
+        if batch.bytes >= REMOTE_BATCH_BYTES {
+            flush_batch(batch);
+        }
+    }
+}
+
+/// Pushes an open chain to its page (nothing when the slot is free).
+///
+/// # Safety
+/// `batch` must be a slot of the calling thread's heap.
+unsafe fn flush_batch(batch: &mut RemoteBatch) {
+    if !batch.page.is_null() {
+        // SAFETY: the chain's blocks are blocks of batch.page this thread
+        // freed; the page stays in use while they are counted in `used`.
+        unsafe { push_chain(batch.page, batch.head, batch.tail, batch.count) };
+        *batch = RemoteBatch::EMPTY;
+    }
+}
+
+/// Pushes every open chain of `heap` to its page.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap (or an exiting thread's).
+unsafe fn flush_remote(heap: *mut Heap) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        for batch in (*heap).remote.iter_mut() {
+            flush_batch(batch);
+        }
+    }
+}
+
+/// Pushes the chain `head ..= tail` of `count` of `page`'s blocks on its
+/// remote stack and tells the owner when the page was parked full.
+///
+/// # Safety
+/// The chain must be blocks of `page`, linked with its encoding, that the
+/// caller freed and owns until this push.
+unsafe fn push_chain(page: *mut Page, head: *mut Block, tail: *mut Block, count: u32) {
+    // SAFETY: the caller's guarantee; a page's metadata lies in its
+    // segment's header, so segment_of finds the segment from it.
+    unsafe {
+        if (*page).push_remote(head, tail, count) {
+            (*segment::segment_of(page as *const u8)).notify(page);
         }
     }
 }
@@ -924,6 +1064,9 @@ pub(crate) unsafe fn heap_abandon(heap: *mut Heap) {
     // SAFETY: heap is unused; its segments are owned by it.
     unsafe {
         (*heap).counts.flush();
+        // First, so that blocks of our own pages among them (a segment we
+        // reclaimed while holding them) are collected below.
+        flush_remote(heap);
         let mut seg = (*heap).segments;
         (*heap).segments = ptr::null_mut();
         while !seg.is_null() {
@@ -978,6 +1121,100 @@ mod tests {
                 assert!((*(*heap).direct[c]).free.is_null());
             }
         }
+    }
+
+    /// How the two remote-batch tests below end the freeing thread's part.
+    #[derive(Clone, Copy)]
+    enum Flush {
+        ThreadExit,
+        Collect,
+    }
+
+    /// 1000 blocks of 256 bytes over four pages: a batch holds 16 of them,
+    /// so the last page's 232 leave a partial batch behind.
+    const BLOCK: usize = 256;
+    const BLOCKS: usize = 1000;
+
+    fn page_of(p: usize) -> *mut Page {
+        // SAFETY: p is a live small block of this allocator.
+        unsafe { (*segment::segment_of(p as *const u8)).page_of(p as *const u8) }
+    }
+
+    /// Blocks of `pages` still counted as used by their owner minus those
+    /// waiting on the pages' remote stacks: those another thread holds back.
+    fn held_back(pages: &[usize]) -> u32 {
+        pages
+            .iter()
+            // SAFETY: the pages are in use; their owner (the test's thread)
+            // is blocked while this reads them.
+            .map(|&p| unsafe { (*(p as *mut Page)).used - (*(p as *mut Page)).remote_waiting() })
+            .sum()
+    }
+
+    /// Allocates on this thread, frees every block on another (batched
+    /// there), and checks that some are held back until that thread
+    /// flushes by `flush`, and none after; then the owner gets every page
+    /// back.
+    fn remote_frees_reach_their_pages(flush: Flush) {
+        use std::sync::mpsc::channel;
+        extern crate std;
+        let blocks: std::vec::Vec<usize> = (0..BLOCKS).map(|_| crate::alloc(BLOCK, 16) as usize).collect();
+        let mut pages: std::vec::Vec<usize> = blocks.iter().map(|&b| page_of(b) as usize).collect();
+        pages.sort_unstable();
+        pages.dedup();
+        assert!(pages.len() >= 4);
+        assert_eq!(held_back(&pages), BLOCKS as u32);
+        let (freed_tx, freed_rx) = channel::<()>();
+        let (go_tx, go_rx) = channel::<()>();
+        let (flushed_tx, flushed_rx) = channel::<()>();
+        let freer = std::thread::spawn(move || {
+            // A heap of its own to gather batches in.
+            let own = crate::alloc(16, 16);
+            // SAFETY: own and every block are live blocks of this allocator,
+            // freed once.
+            unsafe {
+                crate::free(own);
+                for &b in &blocks {
+                    crate::free(b as *mut u8);
+                }
+            }
+            freed_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            if let Flush::Collect = flush {
+                crate::collect(false);
+                flushed_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+            }
+        });
+        freed_rx.recv().unwrap();
+        let before = held_back(&pages);
+        assert!(
+            before > 0 && before < BLOCKS as u32,
+            "{before} blocks held back in batches"
+        );
+        go_tx.send(()).unwrap();
+        if let Flush::Collect = flush {
+            flushed_rx.recv().unwrap();
+            assert_eq!(held_back(&pages), 0, "collect flushed every batch");
+            go_tx.send(()).unwrap();
+        }
+        freer.join().unwrap();
+        assert_eq!(held_back(&pages), 0, "every batch was flushed");
+        crate::collect(true);
+        for &p in &pages {
+            // SAFETY: the page metadata stays mapped (its segment is ours).
+            assert!(!unsafe { (*(p as *mut Page)).in_use }, "page {p:#x} was given back");
+        }
+    }
+
+    #[test]
+    fn batched_remote_frees_reach_their_pages_when_the_freeing_thread_exits() {
+        remote_frees_reach_their_pages(Flush::ThreadExit);
+    }
+
+    #[test]
+    fn batched_remote_frees_reach_their_pages_when_the_freeing_thread_collects() {
+        remote_frees_reach_their_pages(Flush::Collect);
     }
 
     #[test]

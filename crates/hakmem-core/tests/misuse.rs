@@ -37,6 +37,18 @@ fn scenario(name: &str) {
                     .join()
                     .unwrap();
             }
+            // Freed twice by a thread that holds the first free back in
+            // its remote batch (it has a heap of its own to batch in).
+            "double-free-batched" => {
+                let p = hakmem_core::malloc(100) as usize;
+                std::thread::spawn(move || {
+                    hakmem_core::free(hakmem_core::malloc(16));
+                    hakmem_core::free(p as *mut u8);
+                    hakmem_core::free(p as *mut u8);
+                })
+                .join()
+                .unwrap();
+            }
             "double-free-large" => {
                 let p = hakmem_core::malloc(300_000);
                 hakmem_core::free(p);
@@ -117,6 +129,7 @@ fn every_misuse_aborts_with_a_hakmem_message() {
         ("double-free-immediate", "free(): double free of 0x"),
         ("double-free-delayed", "free(): double free of 0x"),
         ("double-free-remote", "free(): double free of 0x"),
+        ("double-free-batched", "free(): double free of 0x"),
         ("double-free-large", "free(): double free of 0x"),
         ("double-free-huge", "free(): "),
         (

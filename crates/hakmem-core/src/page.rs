@@ -431,9 +431,8 @@ impl Page {
         let count = (word >> REMOTE_COUNT_SHIFT) as u32;
         if !self.free.is_null() {
             let mut tail = head;
-            // SAFETY: every block on the remote stack is a block of this
-            // page pushed by `push_remote`; the swap gave this thread the
-            // whole stack.
+            // SAFETY: the swap gave this thread the whole stack, blocks of
+            // this page linked by `push_remote`.
             unsafe {
                 loop {
                     let next = self.next_of(tail);

@@ -805,9 +805,8 @@ struct RemoteBatch {
     page: *mut Page,
     head: *mut Block,
     tail: *mut Block,
-    /// Blocks in the chain, and their bytes.
+    /// Blocks in the chain (their bytes: `count` times the page's block size).
     count: u32,
-    bytes: usize,
 }
 
 impl RemoteBatch {
@@ -816,7 +815,6 @@ impl RemoteBatch {
         head: ptr::null_mut(),
         tail: ptr::null_mut(),
         count: 0,
-        bytes: 0,
     };
 }
 
@@ -849,7 +847,6 @@ unsafe fn remote_free(heap: *mut Heap, page: *mut Page, block: *mut Block) {
             (*block).next = (*page).encode(batch.head);
             batch.head = block;
             batch.count += 1;
-            batch.bytes += size;
         } else {
             flush_batch(batch);
             *batch = RemoteBatch {
@@ -857,10 +854,9 @@ unsafe fn remote_free(heap: *mut Heap, page: *mut Page, block: *mut Block) {
                 head: block,
                 tail: block,
                 count: 1,
-                bytes: size,
             };
         }
-        if batch.bytes >= REMOTE_BATCH_BYTES {
+        if batch.count as usize * size >= REMOTE_BATCH_BYTES {
             flush_batch(batch);
         }
     }

@@ -94,7 +94,7 @@ pub fn small_indices(class: usize) -> core::ops::RangeInclusive<usize> {
 }
 
 /// The same by bit scan (what the table is checked against).
-#[cfg(test)]
+#[cfg(all(test, not(hakmem_loom)))]
 fn medium_class_of(size: usize) -> usize {
     let s = size - 1;
     let b = (usize::BITS - 1 - s.leading_zeros()) as usize; // floor(log2(s)), >= 10
@@ -129,7 +129,7 @@ pub fn span_pages(class: usize) -> usize {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(hakmem_loom)))]
 mod tests {
     use super::*;
 

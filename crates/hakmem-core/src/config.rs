@@ -5,7 +5,7 @@
 //! one warning on stderr and the default is kept. docs/CONFIG.md lists them.
 
 use crate::os;
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::{plain::AtomicUsize, Ordering};
 use core::cell::UnsafeCell;
 use core::ffi::{c_char, CStr};
 
@@ -193,7 +193,7 @@ fn print_config(cfg: &Config) {
     os::write_stderr(&buf[..n]);
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(hakmem_loom)))]
 mod tests {
     use super::*;
 

@@ -26,7 +26,7 @@ use crate::os;
 use crate::page::{Block, Page, PAGE_IN_FULL};
 use crate::segment::{self, Segment, PAGES_PER_SEGMENT, PAGE_SIZE};
 use crate::stats;
-use crate::sync::{AtomicBool, Ordering, SpinLock};
+use crate::sync::{global, race_window, AtomicBool, Ordering, SpinLock, Window};
 use crate::thread;
 use core::cell::UnsafeCell;
 use core::ptr;
@@ -87,26 +87,62 @@ impl<T> ReadOnlyStatic<T> {
     }
 }
 
-static EMPTY_PAGE: ReadOnlyStatic<Page> = ReadOnlyStatic(UnsafeCell::new(Page::empty()));
+global! {
+    static EMPTY_PAGE: ReadOnlyStatic<Page> = ReadOnlyStatic(UnsafeCell::new(Page::empty()));
+}
 
-/// The heap every thread starts with: all its pages are the empty page.
-pub(crate) static EMPTY_HEAP: ReadOnlyStatic<Heap> = ReadOnlyStatic(UnsafeCell::new(Heap {
-    heartbeat: HEARTBEAT_ALLOCS,
-    direct_small: [EMPTY_PAGE.get(); SMALL_DIRECT_LEN],
-    direct: [EMPTY_PAGE.get(); CLASS_COUNT],
-    queues: [PageQueue {
-        first: ptr::null_mut(),
-        last: ptr::null_mut(),
-    }; CLASS_COUNT],
-    segments: ptr::null_mut(),
-    purge_at_ms: 0,
-    sweep_at_ms: 0,
-    slow_ticks: 0,
-    counts: stats::HeapCounts::ZERO,
-    remote: [RemoteBatch::EMPTY; REMOTE_BATCHES],
-    pool_next: ptr::null_mut(),
-    notified: CachePadded::new(AtomicBool::new(false)),
-}));
+global! {
+    /// The heap every thread starts with: all its pages are the empty page.
+    pub(crate) static EMPTY_HEAP: ReadOnlyStatic<Heap> = ReadOnlyStatic(UnsafeCell::new(Heap::empty(EMPTY_PAGE.get())));
+}
+
+global! {
+    /// The heap of a thread whose heap was abandoned at exit: like the
+    /// empty heap, every fast path misses on it; the slow paths serve it
+    /// with `alloc_after_exit` instead of giving the thread a heap again.
+    pub(crate) static EXITED_HEAP: ReadOnlyStatic<Heap> = ReadOnlyStatic(UnsafeCell::new(Heap::empty(EMPTY_PAGE.get())));
+}
+
+/// Whether `heap` is one of the two static heaps, which own nothing and
+/// are never written (a thread that has not allocated yet, or has exited).
+#[inline]
+fn is_static_heap(heap: *mut Heap) -> bool {
+    heap == EMPTY_HEAP.get() || heap == EXITED_HEAP.get()
+}
+
+impl Heap {
+    /// A heap with no pages: every class allocates from `empty_page`.
+    #[cfg(not(hakmem_loom))]
+    const fn empty(empty_page: *mut Page) -> Self {
+        Self::with_notified(empty_page, CachePadded::new(AtomicBool::new(false)))
+    }
+
+    /// A heap with no pages (loom's atomics have no const constructor).
+    #[cfg(hakmem_loom)]
+    fn empty(empty_page: *mut Page) -> Self {
+        Self::with_notified(empty_page, CachePadded::new(AtomicBool::new(false)))
+    }
+
+    const fn with_notified(empty_page: *mut Page, notified: CachePadded<AtomicBool>) -> Self {
+        Heap {
+            heartbeat: HEARTBEAT_ALLOCS,
+            direct_small: [empty_page; SMALL_DIRECT_LEN],
+            direct: [empty_page; CLASS_COUNT],
+            queues: [PageQueue {
+                first: ptr::null_mut(),
+                last: ptr::null_mut(),
+            }; CLASS_COUNT],
+            segments: ptr::null_mut(),
+            purge_at_ms: 0,
+            sweep_at_ms: 0,
+            slow_ticks: 0,
+            counts: stats::HeapCounts::ZERO,
+            remote: [RemoteBatch::EMPTY; REMOTE_BATCHES],
+            pool_next: ptr::null_mut(),
+            notified,
+        }
+    }
+}
 
 /// Fast-path allocations between two forced slow-path calls. Owner frees
 /// refill the page they came from (LIFO), so a thread in a steady state may
@@ -208,20 +244,45 @@ unsafe fn heartbeat(heap: *mut Heap) -> bool {
 /// a larger one).
 pub(crate) unsafe fn alloc_zeroed(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
     debug_assert!(class < CLASS_COUNT && size <= class::BLOCK_SIZE[class]);
-    // refill returns this thread's heap and a page of it with a free block.
-    // SAFETY: as in `alloc`; the page is checked for null before use.
+    // SAFETY: as in `alloc`: the direct page is valid; the heartbeat counts
+    // calloc's hits too (a page with a block is never the empty page, so
+    // heap is a real one when written).
     unsafe {
         let page = *(*heap).direct.get_unchecked(class);
-        // The heartbeat counts calloc's hits too (a page with a block is
-        // never the empty page, so heap is a real one when written).
-        let (heap, page) = if (*page).free.is_null() || !heartbeat(heap) {
-            refill(heap, class)
-        } else {
-            (heap, page)
-        };
+        if (*page).free.is_null() || !heartbeat(heap) {
+            return alloc_zeroed_slow(heap, class, size);
+        }
+        zeroed_from(heap, page, class, size)
+    }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn alloc_zeroed_slow(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
+    if heap == EXITED_HEAP.get() {
+        // SAFETY: inside, thread::heap() is the heap made for this call.
+        return alloc_after_exit(|| unsafe { alloc_zeroed(thread::heap(), class, size) }, ptr::null_mut());
+    }
+    // SAFETY: forwarded from alloc_zeroed; refill returns this thread's
+    // heap and a page of it with a free block (checked for null).
+    unsafe {
+        let (heap, page) = refill(heap, class);
         if page.is_null() {
             return ptr::null_mut();
         }
+        zeroed_from(heap, page, class, size)
+    }
+}
+
+/// Pops a block of `page` (which has one) for `calloc` and clears what may
+/// not be zero: only the link word of a block fresh from the OS.
+///
+/// # Safety
+/// `page` must be a page of `heap`, the calling thread's, with a free block.
+#[inline(always)]
+unsafe fn zeroed_from(heap: *mut Heap, page: *mut Page, class: usize, size: usize) -> *mut u8 {
+    // SAFETY: the caller's guarantee.
+    unsafe {
         (*heap).counts.count_alloc(class);
         let (p, fresh) = (*page).pop_fresh();
         let dirty = if fresh {
@@ -234,6 +295,29 @@ pub(crate) unsafe fn alloc_zeroed(heap: *mut Heap, class: usize, size: usize) ->
     }
 }
 
+/// An allocation by a thread whose heap was abandoned when it exited (a
+/// later pthread-key destructor of another library called malloc): served
+/// by a heap made for this one allocation and abandoned right after it, so
+/// nothing stays owned by a thread that is gone (glibc runs no destructor
+/// round after its last, so a heap registered with our key then would never
+/// be given up). `fail` is what to return when no heap can be had.
+#[cold]
+#[inline(never)]
+fn alloc_after_exit<T>(alloc: impl FnOnce() -> T, fail: T) -> T {
+    let heap = heap_new();
+    if heap.is_null() {
+        os::set_errno(libc::ENOMEM);
+        return fail;
+    }
+    thread::set_heap(heap);
+    let result = alloc();
+    thread::set_heap(EXITED_HEAP.get());
+    // SAFETY: the heap was made above for this call alone, and the thread's
+    // slot no longer names it.
+    unsafe { heap_abandon(heap) };
+    result
+}
+
 /// The calling thread's per-class counts.
 pub(crate) fn own_counts() -> stats::HeapCounts {
     // SAFETY: the TLS heap is this thread's (or the never-written empty heap).
@@ -241,7 +325,7 @@ pub(crate) fn own_counts() -> stats::HeapCounts {
 }
 
 /// Returns the calling thread's heap, creating it on first use (null when
-/// no memory can be had).
+/// no memory can be had; the exited heap after the thread's exit).
 #[inline]
 pub(crate) fn current_or_init() -> *mut Heap {
     let heap = thread::heap();
@@ -255,6 +339,10 @@ pub(crate) fn current_or_init() -> *mut Heap {
 #[cold]
 #[inline(never)]
 unsafe fn alloc_slow(heap: *mut Heap, class: usize) -> *mut u8 {
+    if heap == EXITED_HEAP.get() {
+        // SAFETY: inside, thread::heap() is the heap made for this call.
+        return alloc_after_exit(|| unsafe { alloc_slow(thread::heap(), class) }, ptr::null_mut());
+    }
     // refill returns this thread's heap and a page of it with a free block.
     // SAFETY: the caller's guarantee; the page is checked for null before use.
     unsafe {
@@ -276,6 +364,10 @@ unsafe fn alloc_slow(heap: *mut Heap, class: usize) -> *mut u8 {
 /// # Safety
 /// `heap` must be the calling thread's heap (possibly the empty heap).
 unsafe fn refill(heap: *mut Heap, class: usize) -> (*mut Heap, *mut Page) {
+    debug_assert!(
+        heap != EXITED_HEAP.get(),
+        "callers serve an exited thread with alloc_after_exit"
+    );
     let heap = if heap == EMPTY_HEAP.get() {
         thread::init_heap()
     } else {
@@ -288,9 +380,7 @@ unsafe fn refill(heap: *mut Heap, class: usize) -> (*mut Heap, *mut Page) {
     // SAFETY: heap is this thread's (freshly created or passed by the caller).
     unsafe {
         (*heap).heartbeat = HEARTBEAT_ALLOCS;
-        if (*heap).notified.load(Ordering::Relaxed) {
-            process_notified(heap);
-        }
+        take_notifications(heap);
         (*heap).slow_ticks = (*heap).slow_ticks.wrapping_add(1);
         if (*heap).slow_ticks % CLOCK_CHECK_INTERVAL == 0 {
             periodic(heap);
@@ -357,6 +447,9 @@ pub(crate) fn alloc_large(size: usize) -> (*mut u8, bool) {
     if heap.is_null() {
         return (ptr::null_mut(), false);
     }
+    if heap == EXITED_HEAP.get() {
+        return alloc_after_exit(|| alloc_large(size), (ptr::null_mut(), false));
+    }
     let units = (size + crate::page::GUARD_BYTES).div_ceil(PAGE_SIZE).max(1);
     // SAFETY: heap is this thread's heap.
     unsafe {
@@ -365,7 +458,7 @@ pub(crate) fn alloc_large(size: usize) -> (*mut u8, bool) {
             return (ptr::null_mut(), false);
         }
         (*page).capacity = 1;
-        (*page).carved = 1;
+        (*page).set_carved(1);
         (*page).used = 1;
         (*page).flags = PAGE_IN_FULL;
         (*((*page).start as *mut Block)).freed = 0;
@@ -430,7 +523,7 @@ const RECLAIM_MAX: usize = 64;
 /// A segment with room for `units` pages. Reclaims waiting abandoned
 /// segments first (up to `RECLAIM_MAX`, handing empty ones to the cache),
 /// then takes one from the cache or the OS. Null when out of memory.
-unsafe fn segment_acquire(heap: *mut Heap, units: usize) -> *mut Segment {
+pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize) -> *mut Segment {
     // SAFETY: heap is the caller's own heap.
     unsafe {
         let mut found: *mut Segment = ptr::null_mut();
@@ -471,8 +564,11 @@ fn has_run(free_units: u32, units: usize) -> bool {
 unsafe fn adopt(heap: *mut Heap, seg: *mut Segment) {
     // SAFETY: seg is exclusively ours (fresh, cached or popped from the abandoned list).
     unsafe {
-        // SeqCst: pairs with the SeqCst load in `Segment::notify` (see there).
-        (*seg).heap.store(heap, Ordering::SeqCst);
+        // Relaxed: a notifier reads it only after reading a `FULL_NOTIFY`
+        // this heap sets later with a Release RMW (`settle`, which every
+        // reclaimed page goes through), which orders it; frees test it only
+        // against their own heap (see `free_slow`).
+        (*seg).heap.store(heap, Ordering::Relaxed);
         (*seg).prev = ptr::null_mut();
         (*seg).next = (*heap).segments;
         if !(*seg).next.is_null() {
@@ -505,9 +601,10 @@ unsafe fn reclaim(heap: *mut Heap, seg: *mut Segment) {
     // remote frees may still push onto its pages' atomic lists.
     unsafe {
         adopt(heap, seg);
-        // SeqCst: see `Segment::notify`; bits set before this swap are
-        // covered by the full pass below, later ones notify this heap.
-        (*seg).notify_bits.swap(0, Ordering::SeqCst);
+        // Relaxed: bits of notifications meant for the exited owner; the
+        // full pass below takes every page in, whatever they say. Later
+        // notifications reach this heap (see `Segment::notify`).
+        (*seg).notify_bits.store(0, Ordering::Relaxed);
         let at = (*seg).purge_at_ms;
         if at != 0 && ((*heap).purge_at_ms == 0 || at < (*heap).purge_at_ms) {
             (*heap).purge_at_ms = at;
@@ -539,19 +636,41 @@ unsafe fn settle(heap: *mut Heap, seg: *mut Segment, page: *mut Page) {
             let large = (*page).class == LARGE_CLASS;
             if !large && (!(*page).free.is_null() || (*page).capacity < (*page).reserved) {
                 (*page).flags = 0;
-                if (*page).remote_free.load(Ordering::Relaxed) & crate::page::FULL_NOTIFY != 0 {
+                if (*page).wants_notify() {
                     (*page).clear_full_notify();
                 }
                 queue_push_back(heap, page);
                 return;
             }
             (*page).flags = PAGE_IN_FULL;
-            if (*page).remote_free.load(Ordering::Relaxed) == crate::page::FULL_NOTIFY || (*page).try_set_full_notify()
-            {
+            // Set (or set again, for a page parked by an exited owner) with
+            // a Release RMW, so a notifier finds this heap.
+            if (*page).try_set_full_notify() {
                 return;
+            }
+            if (*page).is_notifying() {
+                // The push that ended the last parking is still telling
+                // the owner; its blocks may be the ones just taken in.
+                (*page).wait_notifier();
             }
             (*page).collect_remote();
         }
+    }
+}
+
+/// The slow path's look at the heap's notification flag.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap (not a static one).
+#[inline]
+pub(crate) unsafe fn take_notifications(heap: *mut Heap) {
+    // Relaxed: a hint; process_notified's Acquire RMW is what orders. A
+    // notification this misses is seen on a later slow path (the
+    // notifier's store stays until the owner's swap takes it).
+    // SAFETY: the caller's guarantee.
+    if unsafe { (*heap).notified.load(Ordering::Relaxed) } {
+        // SAFETY: as above.
+        unsafe { process_notified(heap) };
     }
 }
 
@@ -560,14 +679,23 @@ unsafe fn settle(heap: *mut Heap, seg: *mut Segment, page: *mut Page) {
 unsafe fn process_notified(heap: *mut Heap) {
     // SAFETY: heap is the caller's own heap; its segments are owned by it.
     unsafe {
-        (*heap).notified.store(false, Ordering::SeqCst);
+        // Acquire: pairs with the notifiers' Release store of `notified`,
+        // so their `notify_bits` bits are visible below. A swap, not a
+        // store: it reads the latest value, so a notification that lands
+        // after it leaves the flag set for the next slow path.
+        if !(*heap).notified.swap(false, Ordering::Acquire) {
+            return;
+        }
         let mut seg = (*heap).segments;
         while !seg.is_null() {
             let next = (*seg).next;
+            // Relaxed: a notifier whose flag the swap above read happens
+            // before this load, which therefore sees its bit (or a later
+            // value); bits from notifiers not yet seen are found next time.
             if (*seg).notify_bits.load(Ordering::Relaxed) != 0 {
-                // Acquire (in SeqCst): pairs with the notifier's fetch_or,
-                // which follows its Release push.
-                let bits = (*seg).notify_bits.swap(0, Ordering::SeqCst);
+                // Acquire: pairs with the notifiers' Release fetch_or (the
+                // blocks themselves are ordered by `collect_remote`).
+                let bits = (*seg).notify_bits.swap(0, Ordering::Acquire);
                 for i in 0..PAGES_PER_SEGMENT {
                     if bits & (1 << i) == 0 {
                         continue;
@@ -603,8 +731,11 @@ unsafe fn maybe_free_segment(heap: *mut Heap, seg: *mut Segment) {
 unsafe fn release_span(seg: *mut Segment, page: *mut Page) -> u64 {
     // SAFETY: page is an in-use span head of seg, owned by the caller.
     unsafe {
+        // A pusher still telling us about this page would touch the
+        // segment after we free it (see `page.rs`, parking).
+        (*page).wait_notifier();
         (*page).in_use = false;
-        (*page).carved = 0;
+        (*page).set_carved(0);
         (*page).flags = 0;
         (*page).free = ptr::null_mut();
         let first = (*seg).page_index(page);
@@ -703,7 +834,7 @@ unsafe fn heap_purge(heap: *mut Heap, now: u64, force: bool) {
 pub(crate) fn collect(force: bool) {
     let heap = thread::heap();
     let now = os::now_ms();
-    if heap != EMPTY_HEAP.get() {
+    if !is_static_heap(heap) {
         // SAFETY: heap is this thread's heap.
         unsafe {
             flush_remote(heap);
@@ -754,6 +885,12 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
             return;
         }
         let heap = thread::heap();
+        // Relaxed: only the owner writes its own heap here, so reading our
+        // heap means we wrote it (program order). A heap struct reused from
+        // the pool was abandoned first, which stored null in every segment
+        // it owned before the pool's lock handed the struct over (lock
+        // release → acquire), so a new thread never reads a predecessor's
+        // value as its own.
         if (*seg).heap.load(Ordering::Relaxed) == heap {
             if (*page).on_free_was_free(p) {
                 crate::os::report_pointer("free", "double free of", p);
@@ -836,7 +973,7 @@ unsafe fn remote_free(heap: *mut Heap, page: *mut Page, block: *mut Block) {
     // SAFETY: the caller's guarantees; the batch slots are this thread's.
     unsafe {
         let size = (*page).block_size;
-        if heap == EMPTY_HEAP.get() || size >= REMOTE_BATCH_BYTES {
+        if is_static_heap(heap) || size >= REMOTE_BATCH_BYTES {
             // No heap of its own to gather in (a thread that never
             // allocated, or one that has exited), or a block worth a push.
             push_chain(page, block, block, 1);
@@ -896,10 +1033,17 @@ unsafe fn flush_remote(heap: *mut Heap) {
 /// caller freed and owns until this push.
 unsafe fn push_chain(page: *mut Page, head: *mut Block, tail: *mut Block, count: u32) {
     // SAFETY: the caller's guarantee; a page's metadata lies in its
-    // segment's header, so segment_of finds the segment from it.
+    // segment's header, so segment_of finds the segment from it. Once the
+    // push has published the blocks, the owner may take them in and
+    // release the page at any time: only `NOTIFYING` (set by the push
+    // when it found the page parked) keeps the segment mapped for the
+    // notification, and after `end_notify` nothing of it is touched.
     unsafe {
         if (*page).push_remote(head, tail, count) {
+            race_window(Window::RemoteNotify);
             (*segment::segment_of(page as *const u8)).notify(page);
+            race_window(Window::RemoteNotify);
+            (*page).end_notify();
         }
     }
 }
@@ -925,6 +1069,12 @@ unsafe fn queue_push_front(heap: *mut Heap, page: *mut Page) {
     // SAFETY: page is an in-use page of heap in no queue.
     unsafe {
         let class = (*page).class as usize;
+        // Relaxed (here and in the other queue operations): the free fast
+        // path compares `local_owner` with the freeing thread's own heap,
+        // a value only that thread stores; other threads only ever see
+        // "not mine". A heap struct reused from the pool starts with every
+        // page it had set back to 0 by `heap_abandon`, ordered before the
+        // reuse by the pool lock.
         (*page).local_owner.store(heap as usize, Ordering::Relaxed);
         let q = &mut (*heap).queues[class];
         (*page).prev = ptr::null_mut();
@@ -1000,10 +1150,12 @@ struct HeapPool {
 // SAFETY: `free` is only accessed with `lock` held.
 unsafe impl Sync for HeapPool {}
 
-static HEAP_POOL: HeapPool = HeapPool {
-    lock: SpinLock::new(),
-    free: UnsafeCell::new(ptr::null_mut()),
-};
+global! {
+    static HEAP_POOL: HeapPool = HeapPool {
+        lock: SpinLock::new(),
+        free: UnsafeCell::new(ptr::null_mut()),
+    };
+}
 
 /// Heap structs mapped at a time when the pool runs dry.
 const HEAP_CHUNK: usize = 64 * 1024;
@@ -1032,9 +1184,16 @@ pub(crate) fn heap_new() -> *mut Heap {
             return chunk;
         }
         let n = HEAP_CHUNK / core::mem::size_of::<Heap>();
+        // SAFETY: the chunk is fresh, exclusively ours, and holds n heaps:
+        // each is written whole once, here, before any thread can know it.
+        unsafe {
+            for i in 0..n {
+                ptr::write(chunk.add(i), Heap::empty(EMPTY_PAGE.get()));
+            }
+        }
         heap = chunk;
         pool_lock();
-        // SAFETY: the chunk is fresh and holds n heaps; the lock is held.
+        // SAFETY: the heaps are initialised; the lock is held.
         unsafe {
             for i in 1..n {
                 let h = chunk.add(i);
@@ -1043,12 +1202,43 @@ pub(crate) fn heap_new() -> *mut Heap {
             }
         }
         pool_unlock();
+    } else {
+        // SAFETY: heap came off the pool: exclusively ours.
+        unsafe { (*heap).reset() };
     }
-    // SAFETY: heap is exclusively ours; EMPTY_HEAP is a valid template.
-    unsafe {
-        ptr::copy_nonoverlapping(EMPTY_HEAP.get(), heap, 1);
-    }
+    stats::heap_in_use(1);
     heap
+}
+
+impl Heap {
+    /// Makes a heap from the pool empty again. Field by field, not by
+    /// writing a whole new `Heap`: a remote free may still hold this
+    /// struct's address from its previous thread and store to `notified`
+    /// at any time (a stale, harmless notification), and a plain write of
+    /// that atomic would race with it.
+    ///
+    /// # Safety
+    /// The heap must be exclusively the caller's (just taken off the pool).
+    unsafe fn reset(&mut self) {
+        let empty_page = EMPTY_PAGE.get();
+        self.heartbeat = HEARTBEAT_ALLOCS;
+        self.direct_small = [empty_page; SMALL_DIRECT_LEN];
+        self.direct = [empty_page; CLASS_COUNT];
+        self.queues = [PageQueue {
+            first: ptr::null_mut(),
+            last: ptr::null_mut(),
+        }; CLASS_COUNT];
+        self.segments = ptr::null_mut();
+        self.purge_at_ms = 0;
+        self.sweep_at_ms = 0;
+        self.slow_ticks = 0;
+        self.counts = stats::HeapCounts::ZERO;
+        self.remote = [RemoteBatch::EMPTY; REMOTE_BATCHES];
+        self.pool_next = ptr::null_mut();
+        // Relaxed: a stale notification that lands after this only costs
+        // a scan.
+        self.notified.store(false, Ordering::Relaxed);
+    }
 }
 
 /// Gives up a heap whose thread is exiting: frees what is empty, abandons
@@ -1057,6 +1247,7 @@ pub(crate) fn heap_new() -> *mut Heap {
 /// # Safety
 /// `heap` must be a heap no thread uses any more.
 pub(crate) unsafe fn heap_abandon(heap: *mut Heap) {
+    stats::heap_in_use(-1);
     // SAFETY: heap is unused; its segments are owned by it.
     unsafe {
         (*heap).counts.flush();
@@ -1069,6 +1260,8 @@ pub(crate) unsafe fn heap_abandon(heap: *mut Heap) {
             let next = (*seg).next;
             (*seg).next = ptr::null_mut();
             (*seg).prev = ptr::null_mut();
+            // Relaxed: the bits name pages of this heap's; whoever reclaims
+            // the segment takes every page in anyway.
             (*seg).notify_bits.store(0, Ordering::Relaxed);
             for i in 1..PAGES_PER_SEGMENT {
                 let page = &mut (*seg).pages[i] as *mut Page;
@@ -1089,9 +1282,10 @@ pub(crate) unsafe fn heap_abandon(heap: *mut Heap) {
             if (*seg).used_pages == 0 {
                 segment::segment_free(seg);
             } else {
-                // SeqCst: pairs with `Segment::notify`; after this, remote
-                // frees to parked pages no longer notify this heap.
-                (*seg).heap.store(ptr::null_mut(), Ordering::SeqCst);
+                // Relaxed: a notifier may still read this heap (a stale,
+                // harmless notification); the segment's pages are taken in
+                // by whoever reclaims it (`reclaim`'s full pass).
+                (*seg).heap.store(ptr::null_mut(), Ordering::Relaxed);
                 segment::abandoned_push(seg);
             }
             seg = next;
@@ -1103,7 +1297,45 @@ pub(crate) unsafe fn heap_abandon(heap: *mut Heap) {
     }
 }
 
-#[cfg(test)]
+/// `fork` child: a thread that was telling an owner about a page (between
+/// its push and `end_notify`) does not exist in the child, so its page
+/// would stay `NOTIFYING` and every release of it would wait forever. The
+/// child is alone: clear the bit on the pages it can reach — its own
+/// heap's and the abandoned segments' — and redo the notification the
+/// lost thread may not have finished (the page's bit and the heap's flag;
+/// a reclaimer takes every page of an abandoned segment in anyway).
+#[cfg(not(hakmem_loom))]
+pub(crate) fn fork_child_repair() {
+    let heap = thread::heap();
+    let repair = |seg: *mut Segment, owner: *mut Heap| {
+        for i in 1..PAGES_PER_SEGMENT {
+            // SAFETY: seg is a live segment the child alone uses now.
+            unsafe {
+                let page = &mut (*seg).pages[i] as *mut Page;
+                if (*page).in_use && (*page).is_notifying() {
+                    (*page).end_notify();
+                    if !owner.is_null() {
+                        // Relaxed: the child is alone.
+                        (*seg).notify_bits.fetch_or(1 << i, Ordering::Relaxed);
+                        (*owner).notified.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    };
+    if !is_static_heap(heap) {
+        // SAFETY: the heap is this (the only) thread's.
+        let mut seg = unsafe { (*heap).segments };
+        while !seg.is_null() {
+            repair(seg, heap);
+            // SAFETY: as above.
+            seg = unsafe { (*seg).next };
+        }
+    }
+    segment::abandoned_for_each(|seg| repair(seg, ptr::null_mut()));
+}
+
+#[cfg(all(test, not(hakmem_loom)))]
 mod tests {
     use super::*;
 

@@ -22,30 +22,28 @@
 // The loom build compiles only the protocols its models drive.
 #![cfg_attr(hakmem_loom, allow(dead_code, unused_imports))]
 
-mod list;
-mod page;
-mod sync;
+// loom's macros (thread_local!, lazy_static!) name `std`.
+#[cfg(hakmem_loom)]
+extern crate std;
 
-#[cfg(not(hakmem_loom))]
 mod class;
-#[cfg(not(hakmem_loom))]
 mod config;
-#[cfg(not(hakmem_loom))]
 mod heap;
-#[cfg(not(hakmem_loom))]
+mod list;
 mod os;
-#[cfg(not(hakmem_loom))]
+mod page;
 mod segment;
-#[cfg(not(hakmem_loom))]
 mod stats;
-#[cfg(not(hakmem_loom))]
+mod sync;
 mod thread;
 
 #[cfg(all(test, hakmem_loom))]
 mod loom_models;
 
-// Under `--cfg hakmem_loom` only the lock-free protocols (page, list, sync)
-// are compiled, for the loom models; the allocator itself is not.
+// Under `--cfg hakmem_loom` every layer below the front compiles with
+// loom's atomics (sync.rs), and the models drive the real heap, segment and
+// page code; the front (GlobalAlloc and the C-style entry points) is left
+// out, as hakmem is never the global allocator under loom.
 #[cfg(not(hakmem_loom))]
 pub use front::*;
 
@@ -87,7 +85,8 @@ mod front {
     unsafe impl GlobalAlloc for Hakmem {
         #[inline(always)]
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            alloc(layout.size(), layout.align())
+            // A Layout's alignment is a power of two.
+            alloc_aligned(layout.size(), layout.align())
         }
 
         #[inline(always)]
@@ -98,7 +97,8 @@ mod front {
 
         #[inline]
         unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-            alloc_zeroed(layout.size(), layout.align())
+            // A Layout's alignment is a power of two.
+            alloc_zeroed_aligned(layout.size(), layout.align())
         }
 
         #[inline]
@@ -108,14 +108,35 @@ mod front {
         }
     }
 
-    /// Allocates `size` bytes aligned to `align` (a power of two); null with
-    /// `errno = ENOMEM` when no memory can be had. `size == 0` gives a unique
-    /// minimal block.
+    /// Allocates `size` bytes aligned to `align`; null with `errno = ENOMEM`
+    /// when no memory can be had, and null with `errno = EINVAL` when
+    /// `align` is not a power of two. `size == 0` gives a unique minimal
+    /// block.
+    #[inline(always)]
+    pub fn alloc(size: usize, align: usize) -> *mut u8 {
+        if !align.is_power_of_two() {
+            return invalid_alignment();
+        }
+        alloc_aligned(size, align)
+    }
+
+    /// Null with `errno = EINVAL`: what an alignment that is not a power of
+    /// two gets (C's `aligned_alloc`/`posix_memalign` rule).
+    #[cold]
+    #[inline(never)]
+    fn invalid_alignment() -> *mut u8 {
+        os::set_errno(libc::EINVAL);
+        ptr::null_mut()
+    }
+
+    /// [`alloc`] for an `align` known to be a power of two (a `Layout`'s,
+    /// or a constant).
     ///
     /// Fast path (size and alignment routed by one compare each): the thread
     /// heap from TLS (2 instructions), the class by table, then `heap::alloc`.
     #[inline(always)]
-    pub fn alloc(size: usize, align: usize) -> *mut u8 {
+    fn alloc_aligned(size: usize, align: usize) -> *mut u8 {
+        debug_assert!(align.is_power_of_two());
         if align <= MIN_ALIGN && size <= SMALL_SIZE_MAX {
             // SAFETY: thread::heap() is this thread's heap.
             unsafe { heap::alloc_small(thread::heap(), size) }
@@ -136,7 +157,7 @@ mod front {
     /// `malloc`: `size` bytes aligned to `MIN_ALIGN`.
     #[inline(always)]
     pub fn malloc(size: usize) -> *mut u8 {
-        alloc(size, MIN_ALIGN)
+        alloc_aligned(size, MIN_ALIGN)
     }
 
     /// Large, huge and over-aligned requests. Returns the block and whether it
@@ -164,6 +185,15 @@ mod front {
     /// Like [`alloc`], with the block's bytes zeroed. Memory known to be fresh
     /// from the OS is not cleared again.
     pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
+        if !align.is_power_of_two() {
+            return invalid_alignment();
+        }
+        alloc_zeroed_aligned(size, align)
+    }
+
+    /// [`alloc_zeroed`] for an `align` known to be a power of two.
+    fn alloc_zeroed_aligned(size: usize, align: usize) -> *mut u8 {
+        debug_assert!(align.is_power_of_two());
         if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
             // SAFETY: thread::heap() is this thread's heap; class_of(size)
             // is size's class.
@@ -361,7 +391,7 @@ mod front {
     }
 
     /// Whether `p` starts a block of `seg`: a carved block of an in-use page,
-    /// or a huge block at one of the offsets `huge_alloc` uses.
+    /// or a huge segment's block, at the offset `huge_alloc` placed it.
     ///
     /// # Safety
     /// `seg` must be a live segment header (the segment map says so).
@@ -371,7 +401,7 @@ mod front {
         // the header for any p in the segment's 2 MiB.
         unsafe {
             if (*seg).kind == SegmentKind::Huge {
-                off.is_power_of_two() && (PAGE_SIZE..=SEGMENT_SIZE).contains(&off) && off < (*seg).mapping_size
+                off == (*seg).huge_block_offset
             } else {
                 (*(*seg).page_of(p)).is_block_start(p)
             }

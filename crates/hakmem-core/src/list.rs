@@ -95,6 +95,22 @@ impl<T: Linked> LockedList<T> {
         n
     }
 
+    /// Calls `f` on every node, with the lock held (`f` must not touch the
+    /// list).
+    #[cfg_attr(hakmem_loom, allow(dead_code))]
+    pub(crate) fn for_each(&self, mut f: impl FnMut(*mut T)) {
+        self.lock.lock();
+        // SAFETY: the lock is held; nodes on the list are valid.
+        unsafe {
+            let mut n = *self.head.get();
+            while !n.is_null() {
+                f(n);
+                n = *T::next_link(n);
+            }
+        }
+        self.lock.unlock();
+    }
+
     /// Takes the lock (for `fork`'s prepare handler).
     #[cfg_attr(hakmem_loom, allow(dead_code))]
     pub(crate) fn lock(&self) {

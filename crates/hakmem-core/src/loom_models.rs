@@ -1,13 +1,18 @@
 //! loom models of hakmem's lock-free protocols, built with
 //! `RUSTFLAGS="--cfg hakmem_loom"` (see docs/TESTING.md). Each model builds
-//! its state inside `loom::model` and drives the real `Page` and `LockedList`
-//! code; hakmem is never the global allocator here (loom allocates).
+//! its state inside `loom::model` and drives the real code: `Page` and
+//! `LockedList` directly, and the heap's own slow paths (`alloc_large`,
+//! `free_slow`, `heap_abandon`, `segment_acquire`), which under loom run on
+//! loom's atomics, a loom thread-local heap slot and real (deferred-unmap)
+//! mappings; hakmem is never the global allocator here (loom allocates).
 
 extern crate std;
 
+use crate::heap::{self, Heap};
 use crate::list::{Linked, LockedList};
 use crate::page::{Block, Page, PAGE_IN_FULL};
-use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use crate::segment;
+use crate::sync::{AtomicU32, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use std::boxed::Box;
@@ -135,113 +140,146 @@ fn parked_page_notifies_on_first_remote_free() {
     });
 }
 
-struct ModelHeap {
-    notified: AtomicBool,
+/// A large block of a thread that is the only one it has: its page is
+/// parked with `FULL_NOTIFY` at once (as a full page of small blocks is),
+/// so the remote free of it must tell the owner, and the owner's release of
+/// it empties the segment, which is unmapped (no segment cache under loom).
+fn large_block_of_this_thread() -> (*mut Heap, SendPtr<u8>) {
+    let heap = crate::thread::init_heap();
+    let (p, _) = heap::alloc_large(100_000);
+    assert!(!p.is_null());
+    (heap, SendPtr(p))
 }
 
-struct ModelSegment {
-    heap: AtomicPtr<ModelHeap>,
-    notify_bits: AtomicU32,
-    page: *mut Page,
-    next: *mut ModelSegment,
+/// Frees `p` from a thread without a heap (loom threads start on the
+/// empty heap): the real `free_slow`, a remote push and its notification.
+fn free_remotely(p: SendPtr<u8>) -> loom::thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let p = p.0;
+        // SAFETY: p is a live block of this allocator, freed once, here.
+        unsafe { heap::free_slow(segment::segment_of(p), p) };
+    })
 }
 
-// SAFETY: `next` is used by the one list the model has.
-unsafe impl Linked for ModelSegment {
-    fn next_link(this: *mut Self) -> *mut *mut Self {
-        // SAFETY: this is a valid ModelSegment.
-        unsafe { &raw mut (*this).next }
+/// After the model's threads are done: the segment of `p` is unmapped, or
+/// waits on the abandoned list with the block on its page's remote stack,
+/// in which case a new heap reclaims it and finds it empty (the block came
+/// back exactly once).
+fn block_came_back(p: SendPtr<u8>) {
+    let seg = segment::segment_of(p.0);
+    // SAFETY: the other threads have finished (joined); the header is
+    // still mapped under loom (unmaps are deferred to the execution's end).
+    unsafe {
+        if !(*seg).is_mapped() {
+            return;
+        }
+        assert_eq!(segment::abandoned_count(), 1, "a mapped segment was abandoned");
+        let heap = crate::thread::init_heap();
+        let found = heap::segment_acquire(heap, 1);
+        assert_eq!(found, seg, "the abandoned segment is reclaimed");
+        assert_eq!((*seg).used_pages, 0, "the block came back and its page was released");
     }
 }
 
-/// Thread exit: the owner abandons its segment while another thread frees
-/// into it and a third reclaims it. Every block is freed exactly once and
-/// the segment ends up owned by exactly one heap.
+/// Hole 1 of issue 14, owner exit: a thread frees another thread's block
+/// (the page's first remote free, so it notifies) while the owner exits.
+/// The owner's abandon takes the block in, releases the page and unmaps the
+/// empty segment: the freeing thread must touch nothing of it after the
+/// owner can have done so (`Segment::touch` makes loom check every access).
 #[test]
-fn abandoned_segment_is_reclaimed_by_exactly_one_heap() {
+fn remote_free_notify_racing_owner_exit_touches_no_unmapped_segment() {
     loom::model(|| {
-        let heap_a = Box::into_raw(Box::new(ModelHeap {
-            notified: AtomicBool::new(false),
-        }));
-        let heap_c = Box::into_raw(Box::new(ModelHeap {
-            notified: AtomicBool::new(false),
-        }));
-        let heap_main = Box::into_raw(Box::new(ModelHeap {
-            notified: AtomicBool::new(false),
-        }));
-        let page = carved_page(2);
-        let seg = Box::into_raw(Box::new(ModelSegment {
-            heap: AtomicPtr::new(heap_a),
-            notify_bits: AtomicU32::new(0),
-            page,
-            next: core::ptr::null_mut(),
-        }));
-        // SAFETY: the owner (A) allocates both blocks and parks the page.
-        let blocks: Vec<usize> = unsafe {
-            let b = (0..2).map(|_| (*page).pop() as usize).collect();
-            (*page).flags = PAGE_IN_FULL;
-            assert!((*page).try_set_full_notify());
-            b
-        };
-        let abandoned = Arc::new(LockedList::<ModelSegment>::new());
-        let s = SendPtr(seg);
+        let (owner, p) = large_block_of_this_thread();
+        let freer = free_remotely(p);
+        // This thread exits (as thread::thread_exit does).
+        crate::thread::set_heap(heap::EXITED_HEAP.get());
+        // SAFETY: owner is this thread's heap, no longer used by it.
+        unsafe { heap::heap_abandon(owner) };
+        freer.join().unwrap();
+        block_came_back(p);
+    });
+}
 
-        // A exits: abandon.
-        let list = abandoned.clone();
-        let a = thread::spawn(move || {
-            // SAFETY: s is A's segment until it is pushed.
-            unsafe { (*s.0).heap.store(core::ptr::null_mut(), Ordering::SeqCst) };
-            list.push(s.0, usize::MAX);
-        });
-        // B frees both blocks remotely, notifying as `Segment::notify` does.
-        let b = thread::spawn(move || {
-            for &blk in &blocks {
-                // SAFETY: blk is live and freed by this thread only.
-                unsafe {
-                    if (*(*s.0).page).push_remote(blk as *mut Block, blk as *mut Block, 1) {
-                        (*s.0).notify_bits.fetch_or(1, Ordering::SeqCst);
-                        let h = (*s.0).heap.load(Ordering::SeqCst);
-                        if !h.is_null() {
-                            (*h).notified.store(true, Ordering::SeqCst);
-                        }
-                    }
-                }
+/// Hole 1 of issue 14, reclaim: the owner has exited; a thread frees its
+/// block (notifying) while another reclaims the abandoned segment, takes
+/// the block in, releases the page and, exiting, unmaps the empty segment.
+#[test]
+fn remote_free_notify_racing_reclaim_touches_no_unmapped_segment() {
+    loom::model(|| {
+        let (owner, p) = large_block_of_this_thread();
+        crate::thread::set_heap(heap::EXITED_HEAP.get());
+        // SAFETY: owner is this thread's heap, no longer used by it.
+        unsafe { heap::heap_abandon(owner) };
+        assert_eq!(segment::abandoned_count(), 1);
+        let freer = free_remotely(p);
+        let reclaimer = thread::spawn(move || {
+            let heap = crate::thread::init_heap();
+            // SAFETY: heap is this thread's; it reclaims the abandoned
+            // segment (the only one), then exits.
+            unsafe {
+                assert!(!heap::segment_acquire(heap, 1).is_null());
+                crate::thread::set_heap(heap::EXITED_HEAP.get());
+                heap::heap_abandon(heap);
             }
         });
-        // C tries once to reclaim.
-        let list = abandoned.clone();
-        let hc = SendPtr(heap_c);
-        let c = thread::spawn(move || {
-            let got = list.pop();
-            if !got.is_null() {
-                // SAFETY: popping made C the segment's only owner.
-                unsafe {
-                    (*got).heap.store(hc.0, Ordering::SeqCst);
-                    (*got).notify_bits.swap(0, Ordering::SeqCst);
-                    (*(*got).page).collect_remote();
-                }
-            }
+        freer.join().unwrap();
+        reclaimer.join().unwrap();
+        block_came_back(p);
+    });
+}
+
+/// Whether `p`'s page has been released (its block came back and the
+/// owner took it in).
+fn page_released(p: SendPtr<u8>) -> bool {
+    let seg = segment::segment_of(p.0);
+    // SAFETY: called after the joins; the header stays mapped under loom.
+    unsafe { !(*(*seg).page_of(p.0)).in_use }
+}
+
+/// Hole 6 of issue 14, live owner: the first remote free into a page its
+/// owner parked always reaches the owner. The owner's slow path runs while
+/// the block is freed; afterwards (the join) its next slow path must take
+/// the block in — the notification is never consumed without its page
+/// being seen. (A relaxed look at the segment's bits after clearing the
+/// heap's flag lost it: the flag cleared, the bit unseen.)
+#[test]
+fn remote_free_into_a_parked_page_always_reaches_its_live_owner() {
+    loom::model(|| {
+        let (owner, p) = large_block_of_this_thread();
+        let freer = free_remotely(p);
+        // SAFETY: owner is this thread's heap.
+        unsafe { heap::take_notifications(owner) };
+        freer.join().unwrap();
+        // SAFETY: as above.
+        unsafe { heap::take_notifications(owner) };
+        assert!(page_released(p), "the owner's slow path took the block in");
+    });
+}
+
+/// Hole 6 of issue 14, reclaim: the owner has exited; a thread frees its
+/// block while another reclaims the segment. The reclaimer takes the block
+/// in itself, or hears of it: after the join its next slow path does.
+#[test]
+fn remote_free_into_a_reclaimed_parked_page_always_reaches_the_reclaimer() {
+    loom::model(|| {
+        let (owner, p) = large_block_of_this_thread();
+        crate::thread::set_heap(heap::EXITED_HEAP.get());
+        // SAFETY: owner is this thread's heap, no longer used by it.
+        unsafe { heap::heap_abandon(owner) };
+        let freer = free_remotely(p);
+        let reclaimer = thread::spawn(|| {
+            let heap = crate::thread::init_heap();
+            // SAFETY: heap is this thread's.
+            unsafe { assert!(!heap::segment_acquire(heap, 1).is_null()) };
+            SendPtr(heap)
         });
-        a.join().unwrap();
-        b.join().unwrap();
-        c.join().unwrap();
-        // If C found nothing, main reclaims now.
-        let left = abandoned.pop();
-        // SAFETY: all threads have finished; seg and the heaps are valid.
-        unsafe {
-            if left.is_null() {
-                assert_eq!((*seg).heap.load(Ordering::SeqCst), heap_c);
-            } else {
-                assert_eq!(left, seg);
-                (*seg).heap.store(heap_main, Ordering::SeqCst);
-            }
-            assert!(abandoned.pop().is_null(), "the segment was on the list once");
-            let owner = (*seg).heap.load(Ordering::SeqCst);
-            assert!(owner == heap_c || owner == heap_main);
-            (*page).collect_remote();
-            assert_eq!((*page).used, 0, "both blocks freed exactly once");
-            assert_eq!(drain_distinct(page), 2);
-        }
+        freer.join().unwrap();
+        let heap = reclaimer.join().unwrap();
+        // The reclaimer's next slow path (its thread is done: this thread
+        // stands in for it, as a thread's heap is only ever its own).
+        // SAFETY: the reclaimer's thread has finished; nobody else uses it.
+        unsafe { heap::take_notifications(heap.0) };
+        assert!(page_released(p), "the reclaimer took the block in");
     });
 }
 

@@ -12,15 +12,31 @@
 //!   docs/BENCHMARKS.md). The slow path's regular run (mimalloc's
 //!   "heartbeat") comes from the heap's allocation countdown instead;
 //! * `remote_free` — an atomic stack of blocks other threads freed, taken
-//!   whole by the owner with one swap. Its low bit is `FULL_NOTIFY`: set by
-//!   the owner when it parks the page as full, cleared by the first remote
-//!   push, which then tells the owner (see `Segment::notify`). Its top 16
-//!   bits count the blocks on the stack, added by each push, so the owner
+//!   whole by the owner with one atomic read-modify-write. Its top 16 bits
+//!   count the blocks on the stack, added by each push, so the owner
 //!   learns how many it took without walking them: the walk was a chain of
 //!   cache misses on lines the freeing thread had just written, and with
 //!   `free` empty (the usual case when the owner collects) the stack simply
-//!   becomes `free`.
+//!   becomes `free`. Its two low bits are the parking protocol (below).
 //!
+//! Parking (the state of `remote_free`'s low bits; block addresses are 16
+//! byte aligned, so they never use them):
+//!
+//! ```text
+//!   0 ──owner parks the full page (try_set_full_notify)──▶ FULL_NOTIFY
+//!   FULL_NOTIFY ──first remote push──▶ NOTIFYING (+ the pushed blocks)
+//!   NOTIFYING ──that pusher, after telling the owner (end_notify)──▶ 0
+//!   FULL_NOTIFY ──owner finds the page useful again (clear_full_notify)──▶ 0
+//! ```
+//!
+//! The first push after parking tells the owner (`Segment::notify`: a bit
+//! in the segment, a flag in the heap). It touches the segment header
+//! *after* its blocks are published, when the owner may already have taken
+//! them in; `NOTIFYING` is what keeps the page — and so its segment — from
+//! being released until that pusher is done (`wait_notifier`, called by
+//! every release), as mimalloc's `MI_DELAYED_FREEING` state does. At most
+//! one notifier is at work per page: only `FULL_NOTIFY` starts one, and it
+//! cannot be set again while `NOTIFYING` is.
 //! Blocks are carved lazily (`extend`), a few KiB at a time, so memory that
 //! is never allocated is never touched.
 //!
@@ -33,9 +49,7 @@
 //! span was fresh OS memory (`zero_init`) such a block is all zero except
 //! its link word; `pop_fresh` tells `calloc` so.
 
-#[cfg(feature = "secure")]
-use crate::sync::AtomicU64;
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::{fence, AtomicU64, AtomicUsize, Ordering};
 use core::ptr;
 
 /// A free block: its first word links to the next free block; its second
@@ -66,6 +80,10 @@ pub(crate) fn freed_mark(page: *const Page) -> usize {
 /// hear about the first remote free.
 pub(crate) const FULL_NOTIFY: usize = 1;
 
+/// Bit 1 of `remote_free`: the pusher that cleared `FULL_NOTIFY` is still
+/// telling the owner; the page must not be released until it is done.
+const NOTIFYING: usize = 2;
+
 /// `remote_free` bits from here up count the blocks on the stack. User
 /// addresses stay below 2^47 on x86-64 Linux (the segment map relies on it
 /// too) and a span holds at most 4096 blocks (64 KiB of 16-byte blocks;
@@ -73,7 +91,7 @@ pub(crate) const FULL_NOTIFY: usize = 1;
 const REMOTE_COUNT_SHIFT: u32 = 48;
 
 /// The bits of `remote_free` that hold the stack's top block.
-const REMOTE_HEAD_MASK: usize = ((1 << REMOTE_COUNT_SHIFT) - 1) & !FULL_NOTIFY;
+const REMOTE_HEAD_MASK: usize = ((1 << REMOTE_COUNT_SHIFT) - 1) & !(FULL_NOTIFY | NOTIFYING);
 
 /// `flags` bit: the page is parked as full (not in its class queue) or holds
 /// a large block; any free into it takes the slow path.
@@ -82,7 +100,7 @@ pub(crate) const PAGE_IN_FULL: u8 = 1;
 /// Process-wide secret mixed into every page's list key (`secure` feature),
 /// drawn from `getrandom` once at start-up.
 #[cfg(feature = "secure")]
-pub(crate) static SECRET: AtomicUsize = AtomicUsize::new(0x2545_f491_4f6c_dd1d);
+pub(crate) static SECRET: crate::sync::plain::AtomicUsize = crate::sync::plain::AtomicUsize::new(0x2545_f491_4f6c_dd1d);
 
 /// Bytes at the end of every segment and huge mapping made inaccessible in
 /// `secure` builds (a guard page between neighbours).
@@ -93,7 +111,7 @@ pub(crate) const GUARD_BYTES: usize = if cfg!(feature = "secure") { 4096 } else 
 const MAP_WORDS: usize = 64;
 
 // The layout the comments above rely on (without the secure extras).
-#[cfg(not(feature = "secure"))]
+#[cfg(not(any(feature = "secure", hakmem_loom)))]
 const _: () = assert!(core::mem::size_of::<Page>() == 128 && core::mem::offset_of!(Page, free) == 64);
 
 /// The inverse of odd `x` modulo 2^64 (Newton's iteration: each step
@@ -135,8 +153,15 @@ pub(crate) struct Page {
     pub(crate) block_inverse: u64,
     pub(crate) block_size: usize,
     /// `capacity` while the page is in use, 0 otherwise: the bound of
-    /// `is_block_start`, on this read-mostly line.
-    pub(crate) carved: u64,
+    /// `is_block_start`, on this read-mostly line. Atomic because any
+    /// thread reads it (the C `free`'s block-start check) while the owner
+    /// carves more of the page. Relaxed is enough: a thread checking a
+    /// block it legitimately holds got the block through some
+    /// synchronisation after the carve that made it, so it reads that
+    /// carve's value or a later one — larger (more carving) or, once the
+    /// page is released, 0, which cannot happen while the block is live.
+    /// For a pointer that is not a live block the check is best effort.
+    pub(crate) carved: AtomicU64,
     /// `PAGE_IN_FULL` or 0.
     pub(crate) flags: u8,
     /// Size class, or `LARGE_CLASS`.
@@ -178,16 +203,16 @@ impl Page {
     /// A page with no blocks (the static empty page and fresh headers).
     #[cfg(not(hakmem_loom))]
     pub(crate) const fn empty() -> Self {
-        Self::with_atomics(AtomicUsize::new(0), AtomicUsize::new(0))
+        Self::with_atomics(AtomicUsize::new(0), AtomicUsize::new(0), AtomicU64::new(0))
     }
 
     /// A page with no blocks (loom's atomics have no const constructor).
     #[cfg(hakmem_loom)]
     pub(crate) fn empty() -> Self {
-        Self::with_atomics(AtomicUsize::new(0), AtomicUsize::new(0))
+        Self::with_atomics(AtomicUsize::new(0), AtomicUsize::new(0), AtomicU64::new(0))
     }
 
-    const fn with_atomics(remote_free: AtomicUsize, local_owner: AtomicUsize) -> Self {
+    const fn with_atomics(remote_free: AtomicUsize, local_owner: AtomicUsize, carved: AtomicU64) -> Self {
         Self {
             free: ptr::null_mut(),
             used: 0,
@@ -196,7 +221,7 @@ impl Page {
             in_use: false,
             zero_init: false,
             capacity: 0,
-            carved: 0,
+            carved,
             reserved: 0,
             block_size: 0,
             block_inverse: 0,
@@ -226,12 +251,14 @@ impl Page {
         self.in_use = true;
         self.zero_init = zero;
         self.capacity = 0;
-        self.carved = 0;
+        self.set_carved(0);
         self.reserved = (bytes / block_size) as u32;
         debug_assert!((self.reserved as usize) < 1 << (usize::BITS - REMOTE_COUNT_SHIFT));
         self.block_size = block_size;
         self.block_shift = block_size.trailing_zeros() as u8;
         self.block_inverse = odd_inverse((block_size >> self.block_shift) as u64);
+        // Relaxed: the page is not in use; nobody else can reach it until
+        // the owner hands out its first block (which orders what follows).
         self.remote_free.store(0, Ordering::Relaxed);
         self.local_owner.store(0, Ordering::Relaxed);
         self.start = start;
@@ -241,6 +268,8 @@ impl Page {
         self.head = self;
         #[cfg(feature = "secure")]
         {
+            // Relaxed: written before PROCESS_INIT's Release store, which
+            // this thread's `process_init` read with Acquire.
             let secret = SECRET.load(Ordering::Relaxed);
             self.key = (start as usize ^ secret)
                 .rotate_left(17)
@@ -290,6 +319,9 @@ impl Page {
         #[cfg(feature = "secure")]
         {
             let (word, bit) = self.map_slot(_block);
+            // Relaxed: a bit per block, each flipped by the one thread that
+            // holds the block at that moment (its owner when handing it
+            // out, its freer when freeing): the RMWs never lose another's.
             self.free_map[word].fetch_and(!bit, Ordering::Relaxed);
         }
     }
@@ -301,6 +333,7 @@ impl Page {
         #[cfg(feature = "secure")]
         let was_free = {
             let (word, bit) = self.map_slot(_block);
+            // Relaxed: as in `on_alloc`.
             self.free_map[word].fetch_or(bit, Ordering::Relaxed) & bit != 0
         };
         #[cfg(not(feature = "secure"))]
@@ -354,7 +387,7 @@ impl Page {
             self.free = block(order[0]);
         }
         self.capacity += n as u32;
-        self.carved = u64::from(self.capacity);
+        self.set_carved(self.capacity);
         true
     }
 
@@ -411,19 +444,30 @@ impl Page {
     /// `block_index`, which checks the alignment and the bound together.
     #[inline(always)]
     pub(crate) fn is_block_start(&self, p: *const u8) -> bool {
-        self.block_index(p) < self.carved
+        // Relaxed: see `carved`.
+        self.block_index(p) < self.carved.load(Ordering::Relaxed)
+    }
+
+    /// Sets the bound of `is_block_start` (owner; Relaxed: see `carved`).
+    #[inline]
+    pub(crate) fn set_carved(&self, blocks: u32) {
+        self.carved.store(u64::from(blocks), Ordering::Relaxed);
     }
 
     /// Takes every remotely freed block into `free` (prepending). Leaves
-    /// `FULL_NOTIFY` alone when no remote block was waiting. Walks the
-    /// taken blocks only when `free` is not empty (to link their tail).
+    /// `FULL_NOTIFY` alone when no remote block was waiting, and `NOTIFYING`
+    /// always (its pusher clears it). Walks the taken blocks only when
+    /// `free` is not empty (to link their tail).
     pub(crate) fn collect_remote(&mut self) {
+        // Relaxed: a hint only; a push it misses is taken next time.
         if self.remote_free.load(Ordering::Relaxed) & REMOTE_HEAD_MASK == 0 {
             return;
         }
         // Acquire: pairs with the Release CAS in `push_remote`, making the
-        // pushers' link writes (and the user's last writes) visible.
-        let word = self.remote_free.swap(0, Ordering::Acquire);
+        // pushers' link writes (and the user's last writes) visible. An RMW
+        // that keeps NOTIFYING: a swap to 0 would drop it, and with it the
+        // owner's knowledge that a pusher is still at work.
+        let word = self.remote_free.fetch_and(NOTIFYING, Ordering::Acquire);
         let head = (word & REMOTE_HEAD_MASK) as *mut Block;
         if head.is_null() {
             return;
@@ -431,7 +475,7 @@ impl Page {
         let count = (word >> REMOTE_COUNT_SHIFT) as u32;
         if !self.free.is_null() {
             let mut tail = head;
-            // SAFETY: the swap gave this thread the whole stack, blocks of
+            // SAFETY: the RMW gave this thread the whole stack, blocks of
             // this page linked by `push_remote`.
             unsafe {
                 loop {
@@ -458,44 +502,109 @@ impl Page {
     /// Pushes the chain `head ..= tail` of `count` blocks of this page onto
     /// the remote stack (any thread): one CAS for the whole chain. The
     /// chain's links, but for `tail`'s, are already written (encoded); a
-    /// single block is the chain `block ..= block` of 1. Returns true when
-    /// the owner had parked the page as full and must be told.
+    /// single block is the chain `block ..= block` of 1.
+    ///
+    /// Returns true when the owner had parked the page as full: the caller
+    /// must then tell the owner (`Segment::notify`) and call `end_notify`,
+    /// touching nothing of the page's segment after that. Until then the
+    /// page stays `NOTIFYING`, which keeps it from being released.
     pub(crate) fn push_remote(&self, head: *mut Block, tail: *mut Block, count: u32) -> bool {
         debug_assert!(head as usize & !REMOTE_HEAD_MASK == 0);
+        // Relaxed: the CAS below checks the value.
         let mut old = self.remote_free.load(Ordering::Relaxed);
         loop {
             // SAFETY: the chain's blocks are blocks of this page being freed
             // by the caller, who owns them until the CAS publishes them.
             unsafe { (*tail).next = self.encode((old & REMOTE_HEAD_MASK) as *mut Block) };
+            let parked = old & FULL_NOTIFY != 0;
             let total = (old >> REMOTE_COUNT_SHIFT) + count as usize;
-            let new = head as usize | total << REMOTE_COUNT_SHIFT;
+            let new =
+                head as usize | total << REMOTE_COUNT_SHIFT | (old & NOTIFYING) | if parked { NOTIFYING } else { 0 };
             // Release: publishes the link writes (and the user's writes to
-            // the blocks) to the owner's Acquire swap in `collect_remote`.
+            // the blocks) to the owner's Acquire RMW in `collect_remote`.
             match self
                 .remote_free
                 .compare_exchange_weak(old, new, Ordering::Release, Ordering::Relaxed)
             {
-                Ok(_) => return old & FULL_NOTIFY != 0,
+                Ok(_) => {
+                    if parked {
+                        // Acquire: pairs with the Release RMW that parked
+                        // the page (`try_set_full_notify`), which this CAS
+                        // read: what the parking owner wrote before it —
+                        // its heap in `Segment::heap` — is visible to the
+                        // notification that follows.
+                        fence(Ordering::Acquire);
+                    }
+                    return parked;
+                }
                 Err(current) => old = current,
             }
         }
     }
 
-    /// Asks to be told of the next remote free. Fails (returns false) when
-    /// remote blocks are already waiting: the caller should collect them.
+    /// Ends the notification `push_remote` asked for: the pusher's last
+    /// access to the page's segment.
+    pub(crate) fn end_notify(&self) {
+        // Release: pairs with the Acquire load in `wait_notifier`: the
+        // notification's accesses to the segment happen before the release
+        // of the page that the waiting owner goes on to.
+        self.remote_free.fetch_and(!NOTIFYING, Ordering::Release);
+    }
+
+    /// Waits until no pusher is telling the owner about this page (owner,
+    /// before releasing it). The wait is the notifier's few instructions,
+    /// unless its thread was descheduled inside them.
+    pub(crate) fn wait_notifier(&self) {
+        let mut spins = 0u32;
+        // Acquire: pairs with the Release RMW in `end_notify`.
+        while self.remote_free.load(Ordering::Acquire) & NOTIFYING != 0 {
+            spins += 1;
+            if spins < 64 {
+                crate::sync::spin_hint();
+            } else {
+                crate::os::yield_now();
+            }
+        }
+    }
+
+    /// Whether a pusher is telling the owner about this page right now.
+    pub(crate) fn is_notifying(&self) -> bool {
+        // Relaxed: a hint; `wait_notifier` is what orders.
+        self.remote_free.load(Ordering::Relaxed) & NOTIFYING != 0
+    }
+
+    /// Whether the page is parked and waiting to hear of a remote free.
+    pub(crate) fn wants_notify(&self) -> bool {
+        // Relaxed: a hint for the owner, which alone sets the bit.
+        self.remote_free.load(Ordering::Relaxed) & FULL_NOTIFY != 0
+    }
+
+    /// Asks to be told of the next remote free (owner, parking the page):
+    /// sets `FULL_NOTIFY`, or sets it again when it is set already. Fails
+    /// (returns false) when remote blocks are waiting — the caller should
+    /// collect them — or a notifier is at work (`is_notifying`).
     pub(crate) fn try_set_full_notify(&self) -> bool {
-        // Relaxed on success: nothing is published; the pusher that later
-        // clears the bit publishes its block with Release.
+        // Relaxed: the CAS checks the value.
+        let current = self.remote_free.load(Ordering::Relaxed);
+        if current & !FULL_NOTIFY != 0 {
+            return false;
+        }
+        // Release, also when the bit is set already (a reclaiming heap sets
+        // it again): pairs with the pusher's Acquire fence after the CAS
+        // that reads it, so the notifier sees this owner in
+        // `Segment::heap`. The CAS is a read-modify-write, so later pushes
+        // read from this release sequence.
         self.remote_free
-            .compare_exchange(0, FULL_NOTIFY, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(current, FULL_NOTIFY, Ordering::Release, Ordering::Relaxed)
             .is_ok()
     }
 
     /// Withdraws a `FULL_NOTIFY` request (the owner found the page useful
     /// again by itself). A pusher racing with this may still notify; the
     /// notification handler tolerates pages that are no longer parked.
-    #[cfg_attr(hakmem_loom, allow(dead_code))]
     pub(crate) fn clear_full_notify(&self) {
+        // Relaxed: publishes nothing; a racing pusher either sees the bit
+        // (and notifies, harmlessly) or not.
         self.remote_free.fetch_and(!FULL_NOTIFY, Ordering::Relaxed);
     }
 
@@ -708,7 +817,7 @@ mod tests {
             // A span address only: nothing is read or written through it.
             let start = 0x7f00_0001_0000usize;
             page.init(0, bs, start as *mut u8, 1, 64 * bs, false);
-            page.carved = 5;
+            page.set_carved(5);
             for k in 0..64usize {
                 let p = (start + k * bs) as *const u8;
                 assert_eq!(page.block_index(p), k as u64, "bs {bs} block {k}");
@@ -737,6 +846,17 @@ mod tests {
         assert!(!page.try_set_full_notify(), "blocks are waiting");
         page.collect_remote();
         assert_eq!(page.used, 2);
+        // The first pusher has not finished telling the owner: the page
+        // cannot be parked again (nor released) until it has.
+        assert!(page.is_notifying());
+        assert!(!page.try_set_full_notify(), "a notifier is at work");
+        page.end_notify();
         assert_eq!(page.remote_free.load(Ordering::Relaxed), 0);
+        page.wait_notifier();
+        assert!(page.try_set_full_notify());
+        assert!(
+            page.try_set_full_notify(),
+            "setting it again (a reclaimer does) succeeds"
+        );
     }
 }

@@ -37,7 +37,7 @@ use crate::list::{Linked, LockedList};
 use crate::os;
 use crate::page::{Page, GUARD_BYTES};
 use crate::stats;
-use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, MapEntry, Ordering, SpinLock};
+use crate::sync::{global, plain::AtomicU64, AtomicPtr, AtomicU32, MapEntry, Ordering, SpinLock};
 use core::cell::UnsafeCell;
 use core::ptr;
 
@@ -58,8 +58,13 @@ const ALL_BLOCK_PAGES: u32 = !1;
 /// Largest block placed inside a segment (31 pages, less the guard page of
 /// `secure` builds); larger ones are huge.
 pub const LARGE_SIZE_MAX: usize = (PAGES_PER_SEGMENT - 1) * PAGE_SIZE - GUARD_BYTES;
+/// The test builds that hunt races (`hakmem_race_windows`, loom) keep no
+/// segment and no huge mapping for reuse: every one freed is unmapped, so a
+/// thread that touches one too late faults (or loom reports it) instead of
+/// reading a cached header.
+const NO_CACHES: bool = cfg!(any(hakmem_race_windows, hakmem_loom));
 /// Empty segments kept for reuse before the rest go back to the OS.
-const SEGMENT_CACHE_MAX: usize = 32;
+const SEGMENT_CACHE_MAX: usize = if NO_CACHES { 0 } else { 32 };
 
 /// Whether a segment is a heap's (normal) or a single huge block's.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -92,12 +97,20 @@ pub(crate) struct Segment {
     pub(crate) purge_at_ms: u64,
     /// Bytes mapped from the segment start (huge segments; `SEGMENT_SIZE` otherwise).
     pub(crate) mapping_size: usize,
+    /// Huge segments: the block's offset from the header (`huge_offset` of
+    /// its alignment), the one pointer `free` may be given for it.
+    pub(crate) huge_block_offset: usize,
     /// Links in the owner heap's list, the cache or the abandoned list.
     pub(crate) next: *mut Segment,
     pub(crate) prev: *mut Segment,
     /// Page metadata by page index (entry 0, the header page's, is never
     /// in use).
     pub(crate) pages: [Page; PAGES_PER_SEGMENT],
+    /// Loom only: whether the mapping exists. `segment_unmap` writes it and
+    /// every access a remote thread makes reads it (`touch`), so loom
+    /// reports any access that is not ordered before the unmap.
+    #[cfg(hakmem_loom)]
+    mapped: loom::cell::UnsafeCell<bool>,
 }
 
 const _: () = assert!(core::mem::size_of::<Segment>() <= PAGE_SIZE);
@@ -109,6 +122,58 @@ pub(crate) fn segment_of(p: *const u8) -> *mut Segment {
 }
 
 impl Segment {
+    /// Makes the fresh, zeroed memory at `segment` a segment header. Zeroed
+    /// memory already is one (atomics 0, pointers null, kind `Normal`), so
+    /// normally nothing is written; loom's atomics must be constructed.
+    ///
+    /// # Safety
+    /// `segment` must be fresh, zeroed, writable memory of a header's size.
+    #[inline(always)]
+    unsafe fn construct(segment: *mut Segment) {
+        #[cfg(hakmem_loom)]
+        // SAFETY: the caller guarantees the memory is ours to initialise.
+        unsafe {
+            ptr::write(
+                segment,
+                Segment {
+                    heap: AtomicPtr::new(ptr::null_mut()),
+                    notify_bits: AtomicU32::new(0),
+                    kind: SegmentKind::Normal,
+                    free_units: 0,
+                    dirty_units: 0,
+                    used_pages: 0,
+                    purge_units: 0,
+                    purged_units: 0,
+                    purge_at_ms: 0,
+                    mapping_size: 0,
+                    huge_block_offset: 0,
+                    next: ptr::null_mut(),
+                    prev: ptr::null_mut(),
+                    pages: core::array::from_fn(|_| Page::empty()),
+                    mapped: loom::cell::UnsafeCell::new(true),
+                },
+            )
+        };
+        let _ = segment;
+    }
+
+    /// Asserts, under loom, that the header is still mapped: a read loom
+    /// checks against the write of `segment_unmap`. Nothing otherwise.
+    #[inline(always)]
+    pub(crate) fn touch(&self) {
+        #[cfg(hakmem_loom)]
+        // SAFETY: a read of the flag through loom's cell.
+        self.mapped
+            .with(|mapped| assert!(unsafe { *mapped }, "segment header used after its unmap"));
+    }
+
+    /// Loom only: whether `segment_unmap` has not run on this header.
+    #[cfg(hakmem_loom)]
+    pub(crate) fn is_mapped(&self) -> bool {
+        // SAFETY: a read of the flag through loom's cell.
+        self.mapped.with(|mapped| unsafe { *mapped })
+    }
+
     /// The page (span head) holding block `p` of this segment. For a huge
     /// segment the result is a page with nothing carved.
     ///
@@ -209,24 +274,40 @@ impl Segment {
         self.purge_at_ms = 0;
     }
 
-    /// Tells the owner that `page`'s parked-full state ended (any thread).
+    /// Tells the owner that `page`'s parked-full state ended: called by the
+    /// remote pusher whose push found `FULL_NOTIFY` (`Page::push_remote`),
+    /// before its `end_notify`, while `NOTIFYING` keeps the segment alive.
+    ///
+    /// The owner it finds in `heap` is the one that parked the page (or set
+    /// `FULL_NOTIFY` again on reclaim): the pusher's Acquire fence after
+    /// reading that Release RMW makes the parker's `heap` store visible. A
+    /// heap that has exited since (or a null one, for an abandoned segment,
+    /// whose reclaimer takes every page in anyway) only costs a spurious
+    /// scan.
     pub(crate) fn notify(&self, page: *const Page) {
+        self.touch();
         let bit = 1u32 << self.page_index(page);
-        // SeqCst (with the SeqCst store of `heap` in reclaim and the swap of
-        // `notify_bits` there): either the reclaimer's swap sees this bit, or
-        // this load of `heap` sees the reclaimer, which then hears about it.
-        self.notify_bits.fetch_or(bit, Ordering::SeqCst);
-        let heap = self.heap.load(Ordering::SeqCst);
+        // Release: with the Release store of `notified` below, pairs with
+        // the owner's Acquire RMW of `notified` in `process_notified`, after
+        // which its loads of `notify_bits` see this bit.
+        self.notify_bits.fetch_or(bit, Ordering::Release);
+        // Relaxed: ordered after the parker's store by the fence in
+        // `push_remote` (see above).
+        let heap = self.heap.load(Ordering::Relaxed);
         if !heap.is_null() {
             // SAFETY: heaps live in the heap pool and are never unmapped, so
             // even a heap that has since been abandoned is valid memory; a
             // spurious notification only costs its owner a scan.
-            unsafe { (*heap).notified.store(true, Ordering::SeqCst) };
+            // Release: pairs with the owner's Acquire swap in
+            // `process_notified` (publishes the bit above).
+            unsafe { (*heap).notified.store(true, Ordering::Release) };
         }
     }
 
     /// Resets the header of a segment that is about to be (re)used as normal.
     fn init_normal(&mut self, fresh: bool) {
+        // Relaxed: the segment is exclusively ours (fresh or from the
+        // cache); the adopting heap publishes it (see `adopt`).
         self.heap.store(ptr::null_mut(), Ordering::Relaxed);
         self.notify_bits.store(0, Ordering::Relaxed);
         self.kind = SegmentKind::Normal;
@@ -249,7 +330,7 @@ impl Segment {
     fn reset_page_heads(&mut self) {
         for page in self.pages.iter_mut() {
             page.in_use = false;
-            page.carved = 0;
+            page.set_carved(0);
             page.units = 0;
             page.head = page;
         }
@@ -358,8 +439,8 @@ unsafe impl Linked for Segment {
     }
 }
 
-static SEGMENT_CACHE: SegmentList = SegmentList::new();
-static ABANDONED: SegmentList = SegmentList::new();
+global! { static SEGMENT_CACHE: SegmentList = SegmentList::new(); }
+global! { static ABANDONED: SegmentList = SegmentList::new(); }
 
 /// A normal segment for a heap: from the cache, else fresh from the OS.
 /// Returns null when the OS refuses. The caller sets ownership.
@@ -382,7 +463,10 @@ pub(crate) fn segment_alloc() -> *mut Segment {
     stats::segment_mapped(1);
     stats::committed(SEGMENT_SIZE as isize);
     // SAFETY: p is a fresh, zeroed, exclusive 2 MiB mapping.
-    unsafe { (*p).init_normal(true) };
+    unsafe {
+        Segment::construct(p);
+        (*p).init_normal(true);
+    }
     map_set(p, true);
     p
 }
@@ -408,6 +492,7 @@ pub(crate) unsafe fn segment_free(segment: *mut Segment) {
     // SAFETY: the caller guarantees exclusivity.
     let deadline = unsafe {
         debug_assert_eq!((*segment).used_pages, 0);
+        // Relaxed: no page is in use, so no remote free can read it.
         (*segment).heap.store(ptr::null_mut(), Ordering::Relaxed);
         let seg = &mut *segment;
         seg.schedule_purge(1, PAGES_PER_SEGMENT - 1)
@@ -431,12 +516,16 @@ unsafe fn segment_unmap(segment: *mut Segment) {
         stats::committed(-((SEGMENT_SIZE - purged) as isize));
         stats::segment_mapped(-1);
         map_set(segment, false);
+        #[cfg(hakmem_loom)]
+        (*segment).mapped.with_mut(|mapped| *mapped = false);
         os::unmap(segment as *mut u8, SEGMENT_SIZE);
     }
 }
 
 /// Earliest deadline of a cached segment or huge mapping awaiting purge
-/// (`u64::MAX` = none). A hint: checked cheaply by slow paths.
+/// (`u64::MAX` = none). A hint: checked cheaply by slow paths. Every access
+/// is Relaxed: it orders nothing (the lists it points at have their locks),
+/// and a stale value only moves a purge pass earlier or later.
 static GLOBAL_PURGE_AT: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// Whether some cached memory may be due for purging at `now`.
@@ -490,6 +579,11 @@ pub(crate) fn abandoned_pop() -> *mut Segment {
     ABANDONED.pop()
 }
 
+/// Calls `f` on every abandoned segment (fork's child, which is alone).
+pub(crate) fn abandoned_for_each(f: impl FnMut(*mut Segment)) {
+    ABANDONED.for_each(f);
+}
+
 /// Number of abandoned segments waiting for reclaim.
 pub fn abandoned_count() -> usize {
     ABANDONED.len()
@@ -537,11 +631,13 @@ struct HugeCache {
 // SAFETY: slots and bytes are only accessed with `lock` held.
 unsafe impl Sync for HugeCache {}
 
-static HUGE_CACHE: HugeCache = HugeCache {
-    lock: SpinLock::new(),
-    slots: UnsafeCell::new([ptr::null_mut(); HUGE_CACHE_SLOTS]),
-    bytes: UnsafeCell::new(0),
-};
+global! {
+    static HUGE_CACHE: HugeCache = HugeCache {
+        lock: SpinLock::new(),
+        slots: UnsafeCell::new([ptr::null_mut(); HUGE_CACHE_SLOTS]),
+        bytes: UnsafeCell::new(0),
+    };
+}
 
 /// Rounds a huge mapping size up to one of four steps per power of two, so
 /// freed mappings are reused by requests of similar size (at most 25 %
@@ -663,8 +759,10 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     stats::huge_in_use(1);
     // SAFETY: segment is a fresh, zeroed mapping of `total >= PAGE_SIZE` bytes.
     unsafe {
+        Segment::construct(segment);
         (*segment).kind = SegmentKind::Huge;
         (*segment).mapping_size = total;
+        (*segment).huge_block_offset = offset;
         (*segment).reset_page_heads();
     }
     map_set(segment, true);
@@ -786,13 +884,20 @@ pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: u
     if target.is_null() {
         return ptr::null_mut();
     }
+    // The map entry goes before the range does: once `mremap` has moved
+    // the block, another thread may map a segment at the old address and
+    // set its own entry, which a later clear would erase. While the entry
+    // is clear, the old range holds only this block, which the caller
+    // alone uses.
+    map_set(segment, false);
     // SAFETY: both ranges are ours; the block is used by the caller only.
     if !unsafe { os::remap_to(segment as *mut u8, old_total, new_total, target) } {
+        map_set(segment, true);
         // SAFETY: target was just mapped and is unused.
         unsafe { os::unmap(target, new_total) };
         return ptr::null_mut();
     }
-    map_set(segment, false);
+    crate::sync::race_window(crate::sync::Window::HugeRemap(segment as usize));
     let moved = target as *mut Segment;
     // SAFETY: the header moved with the mapping to `target`; its page heads
     // still point into the old range and are rebuilt.
@@ -822,7 +927,7 @@ pub(crate) unsafe fn huge_usable_size(segment: *const Segment, p: *const u8) -> 
 pub(crate) unsafe fn huge_free(segment: *mut Segment, p: *const u8) {
     stats::huge_in_use(-1);
     let delay = config().purge_delay_ms;
-    let victim = if p as usize == segment as usize + PAGE_SIZE && delay != 0 {
+    let victim = if p as usize == segment as usize + PAGE_SIZE && delay != 0 && !NO_CACHES {
         // SAFETY: the caller guarantees segment is an unused huge segment.
         unsafe {
             (*segment).dirty_units = 1;
@@ -858,11 +963,73 @@ unsafe fn huge_unmap(segment: *mut Segment) {
         };
         stats::committed(-((size - purged) as isize));
         map_set(segment, false);
+        #[cfg(hakmem_loom)]
+        (*segment).mapped.with_mut(|mapped| *mapped = false);
         os::unmap(segment as *mut u8, size);
     }
 }
 
-#[cfg(test)]
+/// Tests of the protocol windows, in the `hakmem_race_windows` build only
+/// (scripts/test runs them there).
+#[cfg(all(test, hakmem_race_windows))]
+mod window_tests {
+    use super::*;
+    use crate::sync::{set_window_hook, Window};
+
+    /// Where the hook mapped a segment (0: nowhere yet).
+    static HOOK_MAPPED: crate::sync::plain::AtomicUsize = crate::sync::plain::AtomicUsize::new(0);
+
+    /// In the window, another thread's new segment lands where the huge
+    /// block was: map a header there, as `segment_alloc` would.
+    fn map_a_segment_in_the_old_range(window: Window) {
+        if let Window::HugeRemap(old) = window {
+            let p = os::map_at(old, SEGMENT_SIZE) as *mut Segment;
+            if !p.is_null() {
+                // SAFETY: p is a fresh, zeroed mapping of a segment's size.
+                unsafe {
+                    Segment::construct(p);
+                    (*p).init_normal(true);
+                }
+                map_set(p, true);
+                HOOK_MAPPED.store(old, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Issue 14, hole 2: a segment mapped where a huge block was, while
+    /// `huge_realloc` moved it, keeps its segment-map entry.
+    #[test]
+    fn huge_realloc_never_erases_the_entry_of_a_segment_mapped_where_the_block_was() {
+        set_window_hook(Some(map_a_segment_in_the_old_range));
+        let mut checked = 0;
+        for _ in 0..8 {
+            HOOK_MAPPED.store(0, Ordering::Relaxed);
+            let (p, _) = huge_alloc(3 << 20, 16);
+            let old = segment_of(p);
+            // SAFETY: p is our live huge block; the hook maps only where
+            // the block no longer is.
+            let q = unsafe { huge_realloc(old, p, 40 << 20) };
+            assert!(!q.is_null());
+            // SAFETY: q is our live huge block.
+            unsafe { huge_free(segment_of(q), q) };
+            if HOOK_MAPPED.load(Ordering::Relaxed) != old as usize {
+                continue; // grown in place, or the range was taken meanwhile
+            }
+            assert!(
+                is_segment(old),
+                "the segment mapped at {old:p} in the window lost its map entry"
+            );
+            checked += 1;
+            map_set(old, false);
+            // SAFETY: the segment the hook mapped; nothing uses it.
+            unsafe { os::unmap(old as *mut u8, SEGMENT_SIZE) };
+        }
+        set_window_hook(None);
+        assert!(checked > 0, "the hook mapped a segment in the window at least once");
+    }
+}
+
+#[cfg(all(test, not(hakmem_loom)))]
 mod tests {
     use super::*;
 

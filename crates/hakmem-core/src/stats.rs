@@ -15,7 +15,7 @@
 
 use crate::class::CLASS_COUNT;
 use crate::os::{self, OsCounters, Writer};
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::{plain::AtomicUsize, Ordering};
 
 /// Index of the large-block row in per-class tables (after the classes).
 pub const LARGE_ROW: usize = CLASS_COUNT;
@@ -24,6 +24,7 @@ pub const HUGE_ROW: usize = CLASS_COUNT + 1;
 /// Rows of the per-class tables: every class, then large, then huge.
 pub const ROWS: usize = CLASS_COUNT + 2;
 
+static HEAPS_IN_USE: AtomicUsize = AtomicUsize::new(0);
 static SEGMENTS_MAPPED: AtomicUsize = AtomicUsize::new(0);
 static PAGES_IN_USE: AtomicUsize = AtomicUsize::new(0);
 static HUGE_IN_USE: AtomicUsize = AtomicUsize::new(0);
@@ -41,6 +42,8 @@ static CLASS_FREES: [AtomicUsize; ROWS] = [const { AtomicUsize::new(0) }; ROWS];
 pub struct Stats {
     /// OS memory calls since start.
     pub os: OsCounters,
+    /// Thread heaps in use (a thread's from its first allocation to its exit).
+    pub heaps_in_use: usize,
     /// Normal segments mapped (owned, cached or abandoned).
     pub segments_mapped: usize,
     /// Empty segments in the cache.
@@ -65,6 +68,10 @@ pub struct Stats {
     pub allocs: [usize; ROWS],
     /// Frees by the owning thread's fast path per class; zeros without `stats`.
     pub frees: [usize; ROWS],
+}
+
+pub(crate) fn heap_in_use(delta: isize) {
+    HEAPS_IN_USE.fetch_add(delta as usize, Ordering::Relaxed);
 }
 
 pub(crate) fn segment_mapped(delta: isize) {
@@ -157,6 +164,7 @@ pub fn stats() -> Stats {
     crate::heap::own_counts().add_to(&mut allocs, &mut frees);
     Stats {
         os: os::os_counters(),
+        heaps_in_use: HEAPS_IN_USE.load(Ordering::Relaxed),
         segments_mapped: SEGMENTS_MAPPED.load(Ordering::Relaxed),
         segments_cached: crate::segment::cached_count(),
         segments_abandoned: crate::segment::abandoned_count(),
@@ -194,6 +202,7 @@ pub fn print_stats() {
         ("peak_committed_kib", (s.peak_committed_bytes >> 10) as u64),
     ]);
     line(&[
+        ("heaps_in_use", s.heaps_in_use as u64),
         ("segments_mapped", s.segments_mapped as u64),
         ("cached", s.segments_cached as u64),
         ("abandoned", s.segments_abandoned as u64),
@@ -245,9 +254,10 @@ pub fn stats_json(out: &mut [u8]) -> usize {
     let s = stats();
     let mut tmp = [0u8; 4096];
     let mut w = Writer::new(&mut tmp);
-    let fields: [(&str, usize); 14] = [
+    let fields: [(&str, usize); 15] = [
         ("committed_bytes", s.committed_bytes),
         ("peak_committed_bytes", s.peak_committed_bytes),
+        ("heaps_in_use", s.heaps_in_use),
         ("segments_mapped", s.segments_mapped),
         ("segments_cached", s.segments_cached),
         ("segments_abandoned", s.segments_abandoned),

@@ -5,24 +5,128 @@
 //! global lists) can be model-checked with the same code. Nothing else in the
 //! crate names `core::sync::atomic`.
 //!
-//! The segment map is the one exception: it is a static array read on every
-//! checked `free`, far too large for loom to model, and it is written only when
-//! a segment is mapped or unmapped. It uses [`MapEntry`], always a core atomic.
+//! Two kinds of atomics are never modelled, and come from [`plain`] in
+//! every build: the segment map (a static array read on every checked
+//! `free`, far too large for loom, written only when a segment is mapped or
+//! unmapped), and process-wide counters, hints and one-time state
+//! (statistics, OS call counts, the purge deadline hint, the mapping hint,
+//! the configuration's state). None of them carries a protocol a model
+//! checks: each is a relaxed counter or hint, or is published once before
+//! any model runs.
+//!
+//! Globals whose type holds a modelled atomic or lock (the global lists,
+//! the empty heap) are declared with [`global!`]: a plain `static` normally,
+//! a `loom::lazy_static!` (created afresh for each explored execution) under
+//! loom.
+//!
+//! Also here: [`race_window`], the test-only hook that widens the windows
+//! of the lock-free protocols (`--cfg hakmem_race_windows`).
 
 #[cfg(not(hakmem_loom))]
-pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use core::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(hakmem_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Atomics that are never modelled (see the module doc).
+pub(crate) mod plain {
+    pub(crate) use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize};
+}
 
 /// An entry of the segment map (never modelled by loom, see the module doc).
-#[cfg(not(hakmem_loom))]
-pub(crate) type MapEntry = core::sync::atomic::AtomicU8;
+pub(crate) type MapEntry = plain::AtomicU8;
+
+/// A global whose type holds modelled atomics: a `static` normally, a
+/// `loom::lazy_static!` under loom (loom's atomics have no `const`
+/// constructor, and each explored execution needs fresh ones).
+macro_rules! global {
+    ($(#[$attr:meta])* static $name:ident: $ty:ty = $init:expr;) => {
+        #[cfg(not(hakmem_loom))]
+        $(#[$attr])*
+        static $name: $ty = $init;
+        #[cfg(hakmem_loom)]
+        loom::lazy_static! {
+            $(#[$attr])*
+            static ref $name: $ty = $init;
+        }
+    };
+    ($(#[$attr:meta])* pub(crate) static $name:ident: $ty:ty = $init:expr;) => {
+        #[cfg(not(hakmem_loom))]
+        $(#[$attr])*
+        pub(crate) static $name: $ty = $init;
+        #[cfg(hakmem_loom)]
+        loom::lazy_static! {
+            $(#[$attr])*
+            pub(crate) static ref $name: $ty = $init;
+        }
+    };
+}
+pub(crate) use global;
 
 /// Spin-wait hint.
 #[cfg(not(hakmem_loom))]
 #[inline]
 pub(crate) fn spin_hint() {
     core::hint::spin_loop();
+}
+
+/// Spin-wait hint: under loom a spinning thread must let the others run.
+#[cfg(hakmem_loom)]
+pub(crate) fn spin_hint() {
+    loom::thread::yield_now();
+}
+
+/// Places in the lock-free protocols where another thread's interleaving
+/// would do harm if the protocol were wrong; `race_window` marks them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Window {
+    /// A remote free has pushed its blocks and is about to tell the owner
+    /// (`segment::remote_push`).
+    RemoteNotify,
+    /// A huge block's mapping has been moved by `mremap`; the segment map
+    /// is about to learn the new address (`segment::huge_realloc`). The
+    /// argument is the old header's address.
+    HugeRemap(usize),
+}
+
+/// Marks a protocol window. Nothing in a normal build. With
+/// `--cfg hakmem_race_windows` (a test-only build, see docs/TESTING.md) it
+/// yields the CPU, so that other threads run inside the window, or calls
+/// the hook the calling thread installed with [`set_window_hook`].
+#[inline(always)]
+pub(crate) fn race_window(_window: Window) {
+    #[cfg(hakmem_race_windows)]
+    windows::enter(_window);
+}
+
+#[cfg(hakmem_race_windows)]
+#[allow(unused_imports)]
+pub(crate) use windows::set_window_hook;
+
+#[cfg(hakmem_race_windows)]
+mod windows {
+    extern crate std;
+    use super::Window;
+    use std::cell::Cell;
+
+    std::thread_local! {
+        static HOOK: Cell<Option<fn(Window)>> = const { Cell::new(None) };
+    }
+
+    /// Makes `race_window` call `hook` on this thread (None: yield again).
+    #[allow(dead_code)] // used by the window tests only
+    pub(crate) fn set_window_hook(hook: Option<fn(Window)>) {
+        HOOK.with(|h| h.set(hook));
+    }
+
+    pub(super) fn enter(window: Window) {
+        match HOOK.try_with(|h| h.get()).ok().flatten() {
+            Some(hook) => hook(window),
+            // SAFETY: sched_yield has no preconditions.
+            None => unsafe {
+                libc::sched_yield();
+            },
+        }
+    }
 }
 
 /// A minimal test-and-test-and-set lock for the cold global lists (segment

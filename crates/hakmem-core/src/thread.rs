@@ -13,7 +13,16 @@
 //! Thread exit is caught with a pthread key destructor (glibc's
 //! `pthread_key_create` and `pthread_setspecific` for the first keys do not
 //! allocate). The destructor abandons the heap's segments for other threads
-//! to reclaim. `fork` is made safe by holding every global lock across it.
+//! to reclaim, and leaves the slot pointing at the static *exited* heap: an
+//! allocation after that (by another library's key destructor that runs
+//! after ours) is served by a heap made for that one allocation and
+//! abandoned at once (`heap::alloc_after_exit`), because glibc runs no
+//! destructor round after its last one and a heap registered then would
+//! never be given up. `fork` is made safe by holding every global lock
+//! across it.
+//!
+//! Under loom the slot is a `loom::thread_local!` and there is no key, no
+//! exit hook and no fork: the models call `heap_abandon` themselves.
 //!
 //! Limits: initial-exec TLS comes from the static TLS surplus when the
 //! library is `dlopen`ed after start-up; 8 bytes fit easily, but a process
@@ -22,11 +31,12 @@
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 compile_error!("hakmem-core supports x86_64 Linux only for now (its TLS binding is x86-64 assembly)");
 
-use crate::heap::{self, Heap, EMPTY_HEAP};
+use crate::heap::{self, Heap, EMPTY_HEAP, EXITED_HEAP};
 use crate::segment;
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::{plain::AtomicUsize, Ordering};
 use core::ffi::c_void;
 
+#[cfg(not(hakmem_loom))]
 core::arch::global_asm!(
     ".pushsection .tdata,\"awT\",@progbits",
     ".balign 8",
@@ -41,6 +51,7 @@ core::arch::global_asm!(
 );
 
 /// The calling thread's heap (the static empty heap until its first allocation).
+#[cfg(not(hakmem_loom))]
 #[inline(always)]
 pub(crate) fn heap() -> *mut Heap {
     let heap: *mut Heap;
@@ -57,7 +68,9 @@ pub(crate) fn heap() -> *mut Heap {
     heap
 }
 
-fn set_heap(heap: *mut Heap) {
+/// Points the calling thread's slot at `heap`.
+#[cfg(not(hakmem_loom))]
+pub(crate) fn set_heap(heap: *mut Heap) {
     // SAFETY: writes this thread's TLS slot defined above via the
     // initial-exec sequence; it touches no other memory and no flags.
     unsafe {
@@ -71,14 +84,45 @@ fn set_heap(heap: *mut Heap) {
     }
 }
 
+#[cfg(hakmem_loom)]
+loom::thread_local! {
+    static SLOT: core::cell::Cell<*mut Heap> = core::cell::Cell::new(EMPTY_HEAP.get());
+}
+
+/// The calling (loom) thread's heap.
+#[cfg(hakmem_loom)]
+pub(crate) fn heap() -> *mut Heap {
+    SLOT.with(|slot| slot.get())
+}
+
+/// Points the calling (loom) thread's slot at `heap`.
+#[cfg(hakmem_loom)]
+pub(crate) fn set_heap(heap: *mut Heap) {
+    SLOT.with(|slot| slot.set(heap));
+}
+
+/// Gives the calling (loom) thread a heap.
+#[cfg(hakmem_loom)]
+pub(crate) fn init_heap() -> *mut Heap {
+    let heap = heap::heap_new();
+    set_heap(heap);
+    heap
+}
+
+#[cfg(not(hakmem_loom))]
 const INIT_NONE: usize = 0;
+#[cfg(not(hakmem_loom))]
 const INIT_RUNNING: usize = 1;
+#[cfg(not(hakmem_loom))]
 const INIT_DONE: usize = 2;
+#[cfg(not(hakmem_loom))]
 static PROCESS_INIT: AtomicUsize = AtomicUsize::new(INIT_NONE);
+#[cfg(not(hakmem_loom))]
 static mut THREAD_KEY: libc::pthread_key_t = 0;
 
 /// Gives the calling thread a heap (slow path of its first allocation).
 /// Returns null when no memory for it can be had.
+#[cfg(not(hakmem_loom))]
 #[cold]
 #[inline(never)]
 pub(crate) fn init_heap() -> *mut Heap {
@@ -95,6 +139,7 @@ pub(crate) fn init_heap() -> *mut Heap {
     heap
 }
 
+#[cfg(not(hakmem_loom))]
 fn process_init() {
     // Acquire: pairs with the Release store of INIT_DONE below, so THREAD_KEY is visible.
     if PROCESS_INIT.load(Ordering::Acquire) == INIT_DONE {
@@ -125,27 +170,33 @@ fn process_init() {
 }
 
 /// pthread key destructor: the thread is exiting.
+#[cfg(not(hakmem_loom))]
 extern "C" fn thread_exit(value: *mut c_void) {
     let heap = value as *mut Heap;
     // Frees after this point (later destructors) are remote frees; an
-    // allocation makes a new heap, which glibc's destructor loop abandons again.
-    set_heap(EMPTY_HEAP.get());
+    // allocation is served by a heap made and abandoned for it alone (see
+    // the module doc).
+    set_heap(EXITED_HEAP.get());
     // SAFETY: the key's value is the heap this thread created in init_heap,
     // used by no other thread.
     unsafe { heap::heap_abandon(heap) };
 }
 
+#[cfg(not(hakmem_loom))]
 extern "C" fn fork_prepare() {
     heap::pool_lock();
     segment::lock_all();
 }
 
+#[cfg(not(hakmem_loom))]
 extern "C" fn fork_parent() {
     segment::unlock_all();
     heap::pool_unlock();
 }
 
+#[cfg(not(hakmem_loom))]
 extern "C" fn fork_child() {
     segment::unlock_all();
     heap::pool_unlock();
+    heap::fork_child_repair();
 }

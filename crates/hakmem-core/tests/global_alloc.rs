@@ -42,17 +42,39 @@ fn every_power_of_two_alignment_up_to_4_mib_is_honoured() {
 }
 
 #[test]
-fn alignments_beyond_4_mib_work_or_return_null() {
+fn alignments_beyond_4_mib_up_to_1_gib_are_honoured() {
     for shift in 23..=30 {
         let layout = Layout::from_size_align(100, 1 << shift).unwrap();
         // SAFETY: non-zero size; freed with the same layout.
         unsafe {
             let p = GLOBAL.alloc(layout);
-            if !p.is_null() {
-                assert_eq!(p as usize % (1 << shift), 0);
-                GLOBAL.dealloc(p, layout);
-            }
+            assert!(!p.is_null(), "align 2^{shift}: there is address space for it");
+            assert_eq!(p as usize % (1 << shift), 0);
+            p.write_bytes(0xa5, 100);
+            assert!(hakmem_core::is_hakmem_segment(p));
+            GLOBAL.dealloc(p, layout);
         }
+    }
+}
+
+#[test]
+fn alignments_that_are_not_powers_of_two_give_null_and_einval() {
+    for align in [0, 3, 24, 48, 100, (1 << 21) + 1, 3 << 21, usize::MAX] {
+        for size in [1, 100, 5000, 100_000, 3 << 20] {
+            hakmem_core::os_errno_reset();
+            let p = hakmem_core::alloc(size, align);
+            assert!(p.is_null(), "size {size} align {align}");
+            assert_eq!(hakmem_core::os_errno(), libc::EINVAL, "size {size} align {align}");
+            let z = hakmem_core::alloc_zeroed(size, align);
+            assert!(z.is_null(), "zeroed: size {size} align {align}");
+        }
+    }
+    // realloc keeps the block and returns null when the alignment is bad.
+    let p = hakmem_core::malloc(64);
+    // SAFETY: p is a live block.
+    unsafe {
+        assert!(hakmem_core::realloc(p, 100_000, 3 << 21).is_null());
+        hakmem_core::free(p);
     }
 }
 

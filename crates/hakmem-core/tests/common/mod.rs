@@ -20,3 +20,29 @@ pub fn xorshift(state: &mut u64) -> u64 {
     *state ^= *state << 17;
     *state
 }
+
+/// Whether `tool` can be run (`tool --version` succeeds). When it cannot:
+/// with `HAKMEM_REQUIRE_TOOLS` set (`.ci/run` sets it, and installs every
+/// tool the tests use) the test fails; otherwise a `SKIPPED` line goes to
+/// the terminal (past the test harness's capture) and the caller returns.
+pub fn have_tool(tool: &str, test: &str) -> bool {
+    let found = std::process::Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("HAKMEM_REQUIRE_TOOLS").is_none(),
+            "{test}: {tool} is not installed, and HAKMEM_REQUIRE_TOOLS is set"
+        );
+        skipped(test, &format!("{tool} is not installed"));
+    }
+    found
+}
+
+/// Prints `SKIPPED: <test>: <why>` straight to the terminal: the harness
+/// captures what a passing test prints with `eprintln!`, which would hide it.
+pub fn skipped(test: &str, why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {test}: {why}");
+}

@@ -10,8 +10,10 @@
  * and the result line of src/runner.rs on stdout.
  *
  * Usage: bench KERNEL MIN MAX WS ITERS SEED THREADS WORKLOAD ALLOCATOR
- *   KERNEL is mixed, fixed, mt-mixed, larson, prodcons or realloc;
- *   WORKLOAD and ALLOCATOR only label the result line.
+ *   KERNEL is mixed, fixed, mt-mixed, larson, prodcons, realloc, huge, churn
+ *   or pacing; prodcons and pacing run THREADS / 2 producer/consumer pairs,
+ *   churn THREADS threads per round; WORKLOAD and ALLOCATOR only label the
+ *   result line.
  * Exit status: 0 done, 2 bad arguments, 3 malloc returned NULL,
  *   4 LD_PRELOAD names a library that is not loaded.
  */
@@ -39,6 +41,8 @@
 #define MAILBOX_CAP 4096
 #define PRODCONS_BATCH 64
 #define PRODCONS_DEPTH 64
+#define CHURN_MIN_SIZE 24
+#define SPINS_BEFORE_YIELD 64
 
 /* Tells the compiler that p escapes and memory may be read, so neither the
  * allocation nor the stamping stores can be optimised away. */
@@ -112,6 +116,51 @@ static inline int block_intact(block_t b) {
 static inline void block_free(block_t b) {
     ESCAPE(b.ptr);
     free(b.ptr);
+}
+
+/* huge: allocates, writes every byte (zero, as C++ value-initialisation of
+ * new char[n]() does) and stamps. */
+static block_t block_alloc_written(size_t size) {
+    unsigned char *p = malloc(size);
+    ESCAPE(p);
+    if (p == NULL) out_of_memory(size);
+    memset(p, 0, size);
+    ESCAPE(p);
+    block_t b = {p, size};
+    block_stamp(b);
+    return b;
+}
+
+/* churn: a block carries its size and a check word (size XOR address) in
+ * its first 16 bytes and its tag in its last byte (Block::calloc_sized). */
+static inline uint64_t churn_check(block_t b) {
+    return (uint64_t)b.size ^ (uint64_t)(uintptr_t)b.ptr;
+}
+
+static block_t block_calloc_sized(size_t size, int *zeroed) {
+    unsigned char *p = calloc(1, size);
+    ESCAPE(p);
+    if (p == NULL) out_of_memory(size);
+    int z = 1;
+    for (size_t i = 0; i < size; i++) z &= p[i] == 0;
+    block_t b = {p, size};
+    uint64_t header[2] = {(uint64_t)size, churn_check(b)};
+    memcpy(p, header, sizeof header);
+    p[size - 1] = tag_of(b);
+    *zeroed = z;
+    return b;
+}
+
+/* The block at p with the size its header gives; 0 if the header or the tag
+ * was damaged (the block is then leaked). */
+static int block_from_sized(unsigned char *p, size_t min, size_t max, block_t *out) {
+    uint64_t header[2];
+    memcpy(header, p, sizeof header);
+    if (header[0] < min || header[0] > max) return 0;
+    block_t b = {p, (size_t)header[0]};
+    if (header[1] != churn_check(b) || p[b.size - 1] != tag_of(b)) return 0;
+    *out = b;
+    return 1;
 }
 
 /* ---- runs ---- */
@@ -357,38 +406,37 @@ typedef struct {
     block_t blocks[PRODCONS_BATCH];
 } batch_t;
 
-/* A bounded queue of batches (static: the harness does not allocate). */
-static struct {
+/* One pair's bounded queue of batches (allocated before timing). */
+typedef struct {
     pthread_mutex_t lock;
     pthread_cond_t not_full, not_empty;
     batch_t ring[PRODCONS_DEPTH];
     size_t head, count;
     int done;
-} queue = {
-    .lock = PTHREAD_MUTEX_INITIALIZER,
-    .not_full = PTHREAD_COND_INITIALIZER,
-    .not_empty = PTHREAD_COND_INITIALIZER,
-};
+} queue_t;
 
 typedef struct {
     const params_t *p;
+    size_t index;
+    queue_t *queue;
     pthread_barrier_t *barrier;
     thread_run_t run;
 } prodcons_arg_t;
 
-static void queue_push(const batch_t *batch) {
-    pthread_mutex_lock(&queue.lock);
-    while (queue.count == PRODCONS_DEPTH) pthread_cond_wait(&queue.not_full, &queue.lock);
-    queue.ring[(queue.head + queue.count) % PRODCONS_DEPTH] = *batch;
-    queue.count++;
-    pthread_cond_signal(&queue.not_empty);
-    pthread_mutex_unlock(&queue.lock);
+static void queue_push(queue_t *q, const batch_t *batch) {
+    pthread_mutex_lock(&q->lock);
+    while (q->count == PRODCONS_DEPTH) pthread_cond_wait(&q->not_full, &q->lock);
+    q->ring[(q->head + q->count) % PRODCONS_DEPTH] = *batch;
+    q->count++;
+    pthread_cond_signal(&q->not_empty);
+    pthread_mutex_unlock(&q->lock);
 }
 
 static void *producer(void *arg) {
     prodcons_arg_t *a = arg;
     const params_t *p = a->p;
-    rng_t rng = rng_for_thread(p->seed, 0);
+    queue_t *q = a->queue;
+    rng_t rng = rng_for_thread(p->seed, a->index);
     batch_t batch = {.len = 0};
     warm_up(p->min);
     pthread_barrier_wait(a->barrier);
@@ -396,38 +444,39 @@ static void *producer(void *arg) {
     for (uint64_t i = 0; i < p->iters; i++) {
         batch.blocks[batch.len++] = block_alloc(rng_in_range(&rng, p->min, p->max));
         if (batch.len == PRODCONS_BATCH) {
-            queue_push(&batch);
+            queue_push(q, &batch);
             batch.len = 0;
         }
     }
-    if (batch.len > 0) queue_push(&batch);
-    pthread_mutex_lock(&queue.lock);
-    queue.done = 1;
-    pthread_cond_signal(&queue.not_empty);
-    pthread_mutex_unlock(&queue.lock);
+    if (batch.len > 0) queue_push(q, &batch);
+    pthread_mutex_lock(&q->lock);
+    q->done = 1;
+    pthread_cond_signal(&q->not_empty);
+    pthread_mutex_unlock(&q->lock);
     a->run = (thread_run_t){start, now_ns(), p->iters, 0};
     return NULL;
 }
 
 static void *consumer(void *arg) {
     prodcons_arg_t *a = arg;
+    queue_t *q = a->queue;
     batch_t batch;
     uint64_t ops = 0, errors = 0;
     warm_up(a->p->min);
     pthread_barrier_wait(a->barrier);
     uint64_t start = now_ns();
     for (;;) {
-        pthread_mutex_lock(&queue.lock);
-        while (queue.count == 0 && !queue.done) pthread_cond_wait(&queue.not_empty, &queue.lock);
-        if (queue.count == 0) {
-            pthread_mutex_unlock(&queue.lock);
+        pthread_mutex_lock(&q->lock);
+        while (q->count == 0 && !q->done) pthread_cond_wait(&q->not_empty, &q->lock);
+        if (q->count == 0) {
+            pthread_mutex_unlock(&q->lock);
             break;
         }
-        batch = queue.ring[queue.head];
-        queue.head = (queue.head + 1) % PRODCONS_DEPTH;
-        queue.count--;
-        pthread_cond_signal(&queue.not_full);
-        pthread_mutex_unlock(&queue.lock);
+        batch = q->ring[q->head];
+        q->head = (q->head + 1) % PRODCONS_DEPTH;
+        q->count--;
+        pthread_cond_signal(&q->not_full);
+        pthread_mutex_unlock(&q->lock);
         ops += batch.len;
         for (size_t i = 0; i < batch.len; i++) {
             errors += !block_intact(batch.blocks[i]);
@@ -435,6 +484,183 @@ static void *consumer(void *arg) {
         }
     }
     a->run = (thread_run_t){start, now_ns(), ops, errors};
+    return NULL;
+}
+
+/* ---- huge ---- */
+
+static thread_run_t run_huge(const params_t *p) {
+    rng_t rng = {p->seed};
+    block_t *live = slots_new(p->ws);
+    /* Untimed: fill the live set (which also warms the allocator up). */
+    for (size_t i = 0; i < p->ws; i++) live[i] = block_alloc_written(rng_in_range(&rng, p->min, p->max));
+    thread_run_t run = {0};
+    run.start_ns = now_ns();
+    for (uint64_t i = 0; i < p->iters; i++) {
+        block_t *slot = &live[rng_below(&rng, p->ws)];
+        run.errors += !block_intact(*slot);
+        block_free(*slot);
+        *slot = block_alloc_written(rng_in_range(&rng, p->min, p->max));
+    }
+    run.end_ns = now_ns();
+    run.ops = 2 * p->iters;
+    run.errors += slots_drain(live, p->ws);
+    return run;
+}
+
+/* ---- churn ---- */
+
+typedef struct {
+    const params_t *p;
+    _Atomic(unsigned char *) *slot;
+    size_t size;
+    atomic_uint_fast64_t *errors;
+} churn_arg_t;
+
+static void *churn_thread(void *arg) {
+    churn_arg_t *a = arg;
+    int zeroed;
+    block_t b = block_calloc_sized(a->size, &zeroed);
+    uint64_t damaged = !zeroed;
+    /* acq_rel: release publishes this block's header and tag to the thread
+     * that swaps it out; acquire pairs with the release of the thread that
+     * swapped the old block in. */
+    unsigned char *old = atomic_exchange_explicit(a->slot, b.ptr, memory_order_acq_rel);
+    if (old != NULL) {
+        block_t ob;
+        if (block_from_sized(old, a->p->min, a->p->max, &ob))
+            block_free(ob);
+        else
+            damaged++;
+    }
+    /* Read by the main thread after the join, which orders it. */
+    if (damaged) atomic_fetch_add_explicit(a->errors, damaged, memory_order_relaxed);
+    return NULL;
+}
+
+/* The main thread draws each thread's slot, then size, before starting it
+ * (workloads.rs: churn). */
+static thread_run_t run_churn(const params_t *p) {
+    _Atomic(unsigned char *) *slots = calloc(p->ws, sizeof *slots);
+    if (slots == NULL) out_of_memory(p->ws * sizeof *slots);
+    for (size_t i = 0; i < p->ws; i++) atomic_init(&slots[i], NULL);
+    atomic_uint_fast64_t errors = 0;
+    rng_t rng = {p->seed};
+    pthread_t threads[p->threads];
+    churn_arg_t args[p->threads];
+    warm_up(p->min);
+    thread_run_t run = {0};
+    run.start_ns = now_ns();
+    for (uint64_t round = 0; round < p->iters; round++) {
+        for (size_t t = 0; t < p->threads; t++) {
+            _Atomic(unsigned char *) *slot = &slots[rng_below(&rng, p->ws)];
+            size_t size = rng_in_range(&rng, p->min, p->max);
+            args[t] = (churn_arg_t){p, slot, size, &errors};
+            if (pthread_create(&threads[t], NULL, churn_thread, &args[t]) != 0) {
+                fprintf(stderr, "bench: pthread_create failed\n");
+                exit(1);
+            }
+        }
+        for (size_t t = 0; t < p->threads; t++) pthread_join(threads[t], NULL);
+    }
+    run.end_ns = now_ns();
+    run.ops = p->iters * p->threads;
+    run.errors = atomic_load(&errors);
+    for (size_t i = 0; i < p->ws; i++) {
+        unsigned char *ptr = atomic_load(&slots[i]);
+        if (ptr == NULL) continue;
+        block_t b;
+        if (block_from_sized(ptr, p->min, p->max, &b))
+            block_free(b);
+        else
+            run.errors++;
+    }
+    free(slots);
+    return run;
+}
+
+/* ---- pacing ---- */
+
+/* One pair's ring of capacity = 2 WS slots: the producer fills slot
+ * j % capacity, then publishes tail = j + 1; the consumer empties it, then
+ * publishes head = j + 1 (workloads.rs: Ring). */
+typedef struct {
+    block_t *slots;
+    uint64_t capacity;
+    _Alignas(128) atomic_uint_fast64_t tail;
+    _Alignas(128) atomic_uint_fast64_t head;
+} ring_t;
+
+typedef struct {
+    const params_t *p;
+    size_t index;
+    ring_t *ring;
+    pthread_barrier_t *barrier;
+    thread_run_t run;
+} pacing_arg_t;
+
+static void backoff(unsigned *spins) {
+    if (*spins < SPINS_BEFORE_YIELD) {
+        (*spins)++;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    } else {
+        sched_yield();
+    }
+}
+
+static void *pacing_producer(void *arg) {
+    pacing_arg_t *a = arg;
+    const params_t *p = a->p;
+    ring_t *r = a->ring;
+    rng_t rng = rng_for_thread(p->seed, a->index);
+    uint64_t head = 0;
+    unsigned spins = 0;
+    warm_up(p->min);
+    pthread_barrier_wait(a->barrier);
+    uint64_t start = now_ns();
+    for (uint64_t j = 0; j < p->iters; j++) {
+        block_t b = block_alloc(rng_in_range(&rng, p->min, p->max));
+        while (j - head >= r->capacity) {
+            /* Pairs with the consumer's release store of head. */
+            head = atomic_load_explicit(&r->head, memory_order_acquire);
+            if (j - head >= r->capacity) backoff(&spins);
+        }
+        spins = 0;
+        r->slots[j % r->capacity] = b;
+        /* Publishes the slot and the stamp to the consumer. */
+        atomic_store_explicit(&r->tail, j + 1, memory_order_release);
+    }
+    a->run = (thread_run_t){start, now_ns(), p->iters, 0};
+    return NULL;
+}
+
+static void *pacing_consumer(void *arg) {
+    pacing_arg_t *a = arg;
+    const params_t *p = a->p;
+    ring_t *r = a->ring;
+    uint64_t lag = p->ws, tail = 0, errors = 0;
+    unsigned spins = 0;
+    warm_up(p->min);
+    pthread_barrier_wait(a->barrier);
+    uint64_t start = now_ns();
+    for (uint64_t j = 0; j < p->iters; j++) {
+        /* Block j goes once lag newer blocks are queued behind it, or once
+         * the producer has published its last one. */
+        while (tail <= j + lag && tail < p->iters) {
+            /* Pairs with the producer's release store of tail. */
+            tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+            if (tail <= j + lag && tail < p->iters) backoff(&spins);
+        }
+        spins = 0;
+        block_t b = r->slots[j % r->capacity];
+        errors += !block_intact(b);
+        block_free(b);
+        /* The read of slot j happens-before the producer reuses it. */
+        atomic_store_explicit(&r->head, j + 1, memory_order_release);
+    }
+    a->run = (thread_run_t){start, now_ns(), p->iters, errors};
     return NULL;
 }
 
@@ -459,6 +685,14 @@ static size_t run_kernel(const params_t *p, thread_run_t *runs) {
     }
     if (strcmp(p->kernel, "realloc") == 0) {
         runs[0] = run_realloc(p);
+        return 1;
+    }
+    if (strcmp(p->kernel, "huge") == 0) {
+        runs[0] = run_huge(p);
+        return 1;
+    }
+    if (strcmp(p->kernel, "churn") == 0) {
+        runs[0] = run_churn(p);
         return 1;
     }
     pthread_t threads[p->threads + 2];
@@ -496,16 +730,53 @@ static size_t run_kernel(const params_t *p, thread_run_t *runs) {
         for (size_t t = 0; t < p->threads; t++) free(mailboxes[t].items);
         return p->threads;
     }
+    size_t pairs = p->threads / 2;
+    if (strcmp(p->kernel, "pacing") == 0) {
+        ring_t rings[pairs];
+        pacing_arg_t args[2 * pairs];
+        pthread_barrier_init(&barrier, NULL, (unsigned)(2 * pairs));
+        for (size_t i = 0; i < pairs; i++) {
+            rings[i].capacity = 2 * (uint64_t)p->ws;
+            rings[i].slots = calloc(rings[i].capacity, sizeof(block_t));
+            if (rings[i].slots == NULL) out_of_memory(rings[i].capacity * sizeof(block_t));
+            atomic_init(&rings[i].tail, 0);
+            atomic_init(&rings[i].head, 0);
+        }
+        for (size_t i = 0; i < pairs; i++) {
+            args[2 * i] = (pacing_arg_t){p, i, &rings[i], &barrier, {0}};
+            args[2 * i + 1] = (pacing_arg_t){p, i, &rings[i], &barrier, {0}};
+            start_thread(&threads[2 * i], pacing_producer, &args[2 * i]);
+            start_thread(&threads[2 * i + 1], pacing_consumer, &args[2 * i + 1]);
+        }
+        for (size_t t = 0; t < 2 * pairs; t++) {
+            pthread_join(threads[t], NULL);
+            runs[t] = args[t].run;
+        }
+        for (size_t i = 0; i < pairs; i++) free(rings[i].slots);
+        return 2 * pairs;
+    }
     /* prodcons */
-    prodcons_arg_t args[2] = {{p, &barrier, {0}}, {p, &barrier, {0}}};
-    pthread_barrier_init(&barrier, NULL, 2);
-    start_thread(&threads[0], producer, &args[0]);
-    start_thread(&threads[1], consumer, &args[1]);
-    pthread_join(threads[0], NULL);
-    pthread_join(threads[1], NULL);
-    runs[0] = args[0].run;
-    runs[1] = args[1].run;
-    return 2;
+    queue_t *queues = calloc(pairs, sizeof *queues);
+    if (queues == NULL) out_of_memory(pairs * sizeof *queues);
+    prodcons_arg_t args[2 * pairs];
+    pthread_barrier_init(&barrier, NULL, (unsigned)(2 * pairs));
+    for (size_t i = 0; i < pairs; i++) {
+        pthread_mutex_init(&queues[i].lock, NULL);
+        pthread_cond_init(&queues[i].not_full, NULL);
+        pthread_cond_init(&queues[i].not_empty, NULL);
+    }
+    for (size_t i = 0; i < pairs; i++) {
+        args[2 * i] = (prodcons_arg_t){p, i, &queues[i], &barrier, {0}};
+        args[2 * i + 1] = (prodcons_arg_t){p, i, &queues[i], &barrier, {0}};
+        start_thread(&threads[2 * i], producer, &args[2 * i]);
+        start_thread(&threads[2 * i + 1], consumer, &args[2 * i + 1]);
+    }
+    for (size_t t = 0; t < 2 * pairs; t++) {
+        pthread_join(threads[t], NULL);
+        runs[t] = args[t].run;
+    }
+    free(queues);
+    return 2 * pairs;
 }
 
 static int parse_u64(const char *s, uint64_t *out) {
@@ -555,10 +826,13 @@ int main(int argc, char **argv) {
         usage("MIN MAX WS ITERS SEED THREADS must be unsigned integers");
     if (min < 1 || min > max || max > MAX_BLOCK_SIZE) usage("need 1 <= MIN <= MAX <= 1 GiB");
     if (ws < 1 || iters < 1 || threads < 1 || threads > 1024) usage("need WS, ITERS >= 1 and 1 <= THREADS <= 1024");
-    const char *kernels[] = {"mixed", "fixed", "mt-mixed", "larson", "prodcons", "realloc"};
+    const char *kernels[] = {"mixed", "fixed", "mt-mixed", "larson", "prodcons", "realloc", "huge", "churn", "pacing"};
     int known = 0;
     for (size_t i = 0; i < sizeof kernels / sizeof *kernels; i++) known |= strcmp(argv[1], kernels[i]) == 0;
     if (!known) usage("unknown KERNEL");
+    if (strcmp(argv[1], "churn") == 0 && min < CHURN_MIN_SIZE) usage("churn needs MIN >= 24");
+    if ((strcmp(argv[1], "prodcons") == 0 || strcmp(argv[1], "pacing") == 0) && threads < 2)
+        usage("prodcons and pacing need THREADS >= 2 (one producer/consumer pair)");
     check_preloaded();
 
     params_t p = {argv[1], (size_t)min, (size_t)max, (size_t)ws, iters, seed, (size_t)threads};

@@ -16,21 +16,27 @@ use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-const ABOUT: &str = "Benchmark hakmem against the system allocator, mimalloc and jemalloc";
+const ABOUT: &str = "Benchmark hakmem against the system allocator, mimalloc (v2 and v3) and jemalloc";
 
 const LONG_ABOUT: &str = "\
-Benchmark hakmem against the system allocator, mimalloc and jemalloc.
+Benchmark hakmem against the system allocator, mimalloc (v2 and v3) and jemalloc.
 
 Each run is a child process (this binary re-executed), so each allocator starts
 from a fresh process and its peak RSS is its own. Runs are interleaved (hakmem,
-system, mimalloc, jemalloc, hakmem, ...) and repeated --reps times; the table
-shows the median of each and the ratio of medians. Without arguments this runs
-the default table (the workloads marked * below).
+system, mimalloc2, mimalloc3, jemalloc, hakmem, ...) and repeated --reps times;
+the table shows the median of each and the ratio of medians. Without arguments
+this runs the default table (the workloads marked * below).
 
 Workloads call the allocator under test through GlobalAlloc on the identical
 loop; --preload instead runs the same workloads as a C program under
-LD_PRELOAD (glibc, libmimalloc.so.2, libjemalloc.so.2, libtcmalloc_minimal.so.4
-and hakmem's libhakmem.so).";
+LD_PRELOAD (glibc, the mimalloc v2 and v3 libraries built with this binary,
+Debian's libmimalloc.so.2, libjemalloc.so.2, libtcmalloc_minimal.so.4 and
+hakmem's libhakmem.so). \"vs mimalloc\" is the ratio to the faster of
+mimalloc2 and mimalloc3 on that workload.
+
+--scaling (or a list of counts in --threads) runs the threaded workloads at
+each thread count and prints one column per count, with the throughput per
+thread, so that a collapse is visible.";
 
 /// Output formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -81,14 +87,24 @@ pub struct Cli {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 
-    /// Threads of mt-mixed and larson (prodcons is always one pair)
-    #[arg(long, value_name = "N", default_value_t = 2)]
-    pub threads: usize,
+    /// Threads of mt-mixed, larson and churn (per round), rounded down to
+    /// producer/consumer pairs for prodcons and pacing; a comma-separated
+    /// list runs each count and prints a scaling table [default: 2, churn 10;
+    /// with --scaling 1,2,4,8,16]
+    #[arg(long, value_name = "N[,N...]", value_delimiter = ',', value_parser = parse_count::<usize>)]
+    pub threads: Vec<usize>,
+
+    /// Thread scaling: run the workloads (default mt-mixed, larson,
+    /// prodcons) at every --threads count (default 1,2,4,8,16) and print one
+    /// column per count: throughput, throughput per thread, peak RSS
+    #[arg(long)]
+    pub scaling: bool,
 
     /// Allocators to compare, comma-separated: hakmem, system (or glibc),
-    /// mimalloc, jemalloc, and with --preload tcmalloc [default: all]
-    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_allocator)]
-    pub allocators: Vec<Allocator>,
+    /// mimalloc2, mimalloc3, mimalloc (both), jemalloc, and with --preload
+    /// mimalloc-deb (Debian's 2.0.9) and tcmalloc [default: all]
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_allocators)]
+    pub allocators: Vec<&'static [Allocator]>,
 
     /// Runs of each workload and allocator; the median is reported
     #[arg(long, value_name = "N", default_value_t = 5)]
@@ -138,11 +154,22 @@ pub struct Job {
 pub struct Plan {
     pub mode: Mode,
     pub jobs: Vec<Job>,
+    /// The thread counts asked for, in order, when `--threads` or
+    /// `--scaling` gave them (empty: each workload's default).
+    pub thread_counts: Vec<usize>,
+    /// Print the scaling table: one column per thread count.
+    pub scaling: bool,
     pub allocators: Vec<Allocator>,
     pub reps: usize,
     pub format: Format,
     pub timeout: Duration,
 }
+
+/// `--scaling` without `--workloads`: the multi-threaded shapes of
+/// BENCHMARKING.md (mixed on N threads, larson, producer/consumer).
+pub const SCALING_WORKLOADS: &[&str] = &["mt-mixed", "larson", "prodcons"];
+/// `--scaling` without `--threads`.
+pub const SCALING_THREADS: &[usize] = &[1, 2, 4, 8, 16];
 
 /// Upper bounds that catch typos before they turn into hours or gigabytes.
 const MAX_THREADS: usize = 1024;
@@ -165,7 +192,10 @@ where
 }
 
 fn workloads_help() -> String {
-    let mut help = String::from("Workloads (* = in the default table; iterations are per thread):\n");
+    let mut help = String::from(
+        "Workloads (* = in the default table; iterations are per thread, per producer
+for prodcons and pacing, rounds for churn):\n",
+    );
     for p in PRESETS {
         let mark = if p.in_default { '*' } else { ' ' };
         let sizes = report::size_range(p.min, p.max);
@@ -181,8 +211,9 @@ fn workloads_help() -> String {
         );
     }
     help.push_str(
-        "\nAn operation is one alloc, free or realloc call; Mops/s counts all threads together
-and ns/op is its inverse (wall time per operation). Peak RSS is the child's ru_maxrss.
+        "\nAn operation is one alloc, free or realloc call (churn: one thread, which callocs,
+swaps and frees); Mops/s counts all threads together and ns/op is its inverse
+(wall time per operation). Peak RSS is the child's ru_maxrss.
 
 Exit status: 0 all runs succeeded, 1 a run failed (crash, timeout, damaged block;
 its cell is marked FAILED and the rest of the table is still printed),
@@ -204,12 +235,27 @@ fn parse_workload(name: &str) -> Result<WorkloadArg, String> {
     })
 }
 
+fn allocator_names() -> String {
+    let names: Vec<&str> = Allocator::ALL.iter().map(|a| a.name()).collect();
+    names.join(", ")
+}
+
+/// An item of `--allocators`: one allocator, or `mimalloc` for both builds.
+fn parse_allocators(name: &str) -> Result<&'static [Allocator], String> {
+    Allocator::parse_group(name).ok_or_else(|| {
+        format!(
+            "unknown allocator '{name}' (expected one of: {}, glibc, mimalloc)",
+            allocator_names()
+        )
+    })
+}
+
+/// The allocator of `--child`: exactly one.
 fn parse_allocator(name: &str) -> Result<Allocator, String> {
     Allocator::from_name(name).ok_or_else(|| {
-        let names: Vec<&str> = Allocator::ALL.iter().map(|a| a.name()).collect();
         format!(
             "unknown allocator '{name}' (expected one of: {}, glibc)",
-            names.join(", ")
+            allocator_names()
         )
     })
 }
@@ -265,7 +311,7 @@ impl Cli {
         if self.reps == 0 || self.reps > MAX_REPS {
             return Err(format!("--reps must be between 1 and {MAX_REPS}"));
         }
-        if self.threads == 0 || self.threads > MAX_THREADS {
+        if self.threads.iter().any(|&t| t == 0 || t > MAX_THREADS) {
             return Err(format!("--threads must be between 1 and {MAX_THREADS}"));
         }
         if self.timeout == 0 {
@@ -289,7 +335,7 @@ impl Cli {
         let jobs = self.jobs()?;
         let mode = match (self.child, self.preload) {
             (Some(_), true) => return Err("--child cannot be combined with --preload".into()),
-            (Some(allocator), false) if !allocator.is_linked() => {
+            (Some(allocator), false) if !allocator.runs_in_process() => {
                 return Err(format!("allocator '{allocator}' is available only with --preload"))
             }
             (Some(allocator), false) if jobs.len() == 1 => Mode::Child(allocator),
@@ -303,14 +349,14 @@ impl Cli {
         } else {
             allocators::RUST_DEFAULT
         };
-        let requested: &[Allocator] = if self.allocators.is_empty() {
-            defaults
+        let requested: Vec<Allocator> = if self.allocators.is_empty() {
+            defaults.to_vec()
         } else {
-            &self.allocators
+            self.allocators.concat()
         };
         let mut allocators = Vec::new();
-        for &allocator in requested {
-            if !self.preload && !allocator.is_linked() {
+        for allocator in requested {
+            if !self.preload && !allocator.runs_in_process() {
                 return Err(format!("allocator '{allocator}' is available only with --preload"));
             }
             if !allocators.contains(&allocator) {
@@ -318,9 +364,12 @@ impl Cli {
             }
         }
 
+        let thread_counts = self.thread_counts();
         Ok(Plan {
             mode,
             jobs,
+            scaling: self.scaling || thread_counts.len() > 1,
+            thread_counts,
             allocators,
             reps: self.reps,
             format: self.format,
@@ -328,9 +377,31 @@ impl Cli {
         })
     }
 
+    /// The thread counts asked for, without repeats (empty: none asked).
+    fn thread_counts(&self) -> Vec<usize> {
+        let asked: &[usize] = match (self.threads.is_empty(), self.scaling) {
+            (false, _) => &self.threads,
+            (true, true) => SCALING_THREADS,
+            (true, false) => &[],
+        };
+        let mut counts = Vec::new();
+        for &count in asked {
+            if !counts.contains(&count) {
+                counts.push(count);
+            }
+        }
+        counts
+    }
+
     fn jobs(&self) -> Result<Vec<Job>, String> {
         let mut presets: Vec<&'static Preset> = Vec::new();
-        if self.workloads.is_empty() {
+        if self.workloads.is_empty() && self.scaling {
+            presets.extend(
+                SCALING_WORKLOADS
+                    .iter()
+                    .map(|&name| workloads::find(name).expect("the scaling workloads are presets")),
+            );
+        } else if self.workloads.is_empty() {
             presets.extend(PRESETS.iter().filter(|p| p.in_default));
         }
         for arg in &self.workloads {
@@ -339,30 +410,49 @@ impl Cli {
                 WorkloadArg::One(preset) => presets.push(preset),
             }
         }
+        let counts = self.thread_counts();
         let mut jobs: Vec<Job> = Vec::new();
         for preset in presets {
-            if jobs.iter().any(|j| j.workload == preset.name) {
-                continue;
-            }
-            let params = Params {
-                kernel: preset.kernel,
-                min: self.min.unwrap_or(preset.min),
-                max: self.max.unwrap_or(preset.max),
-                ws: self.ws.unwrap_or(preset.ws),
-                iters: self.iters.unwrap_or(preset.iters),
-                seed: self.seed,
-                threads: preset.kernel.threads(self.threads),
+            let requested = if counts.is_empty() {
+                vec![preset.kernel.default_threads()]
+            } else {
+                counts.clone()
             };
-            if params.min > params.max {
-                return Err(format!(
-                    "workload {}: --min ({}) is larger than --max ({})",
-                    preset.name, params.min, params.max
-                ));
+            for count in requested {
+                let threads = preset.kernel.threads(count);
+                if jobs
+                    .iter()
+                    .any(|j| j.workload == preset.name && j.params.threads == threads)
+                {
+                    continue;
+                }
+                let params = Params {
+                    kernel: preset.kernel,
+                    min: self.min.unwrap_or(preset.min),
+                    max: self.max.unwrap_or(preset.max),
+                    ws: self.ws.unwrap_or(preset.ws),
+                    iters: self.iters.unwrap_or(preset.iters),
+                    seed: self.seed,
+                    threads,
+                };
+                if params.min > params.max {
+                    return Err(format!(
+                        "workload {}: --min ({}) is larger than --max ({})",
+                        preset.name, params.min, params.max
+                    ));
+                }
+                if params.min < preset.kernel.min_size() {
+                    return Err(format!(
+                        "workload {}: --min must be at least {} (its blocks carry their size)",
+                        preset.name,
+                        preset.kernel.min_size()
+                    ));
+                }
+                jobs.push(Job {
+                    workload: preset.name,
+                    params,
+                });
             }
-            jobs.push(Job {
-                workload: preset.name,
-                params,
-            });
         }
         Ok(jobs)
     }
@@ -391,10 +481,12 @@ mod tests {
             names(&plan),
             [
                 "mixed", "c7", "c6", "c5", "c4", "large-ws", "mid", "large", "fixed64k", "mt-mixed", "larson",
-                "prodcons"
+                "prodcons", "churn", "pacing"
             ]
         );
         assert_eq!(plan.allocators, allocators::RUST_DEFAULT);
+        assert!(plan.allocators.contains(&Allocator::Mimalloc2) && plan.allocators.contains(&Allocator::Mimalloc3));
+        assert!(!plan.scaling && plan.thread_counts.is_empty());
         assert_eq!(plan.reps, 5);
         assert_eq!(plan.format, Format::Table);
         let mixed = &plan.jobs[0].params;
@@ -403,6 +495,21 @@ mod tests {
             (16, 1024, 400, 1, 1)
         );
         assert_eq!(plan.jobs[9].params.threads, 2, "mt-mixed runs on 2 threads by default");
+        let job = |name| &plan.jobs.iter().find(|j| j.workload == name).unwrap().params;
+        assert_eq!(job("prodcons").threads, 2, "one pair");
+        assert_eq!(job("pacing").threads, 2, "one pair");
+        assert_eq!(job("churn").threads, 10, "10 threads per round");
+        assert_eq!(
+            (job("churn").min, job("churn").ws, job("churn").iters),
+            (128, 1000, 1000)
+        );
+        assert_eq!((job("pacing").min, job("pacing").max), (16, 16 << 10));
+        let plan = super::tests::plan(&["--workloads", "huge"]).unwrap();
+        let huge = &plan.jobs[0].params;
+        assert_eq!(
+            (huge.min, huge.max, huge.ws, huge.iters, huge.threads),
+            (5 << 20, 25 << 20, 20, 2000, 1)
+        );
     }
 
     #[test]
@@ -454,20 +561,86 @@ mod tests {
     }
 
     #[test]
-    fn preload_adds_tcmalloc_and_accepts_glibc() {
+    fn preload_adds_tcmalloc_and_debians_mimalloc_and_accepts_glibc() {
         let plan = plan(&["--preload"]).unwrap();
         assert_eq!(plan.mode, Mode::Preload);
+        assert_eq!(plan.allocators, allocators::PRELOAD_DEFAULT);
         assert!(plan.allocators.contains(&Allocator::Tcmalloc));
+        assert!(plan.allocators.contains(&Allocator::MimallocDeb));
         let plan = super::tests::plan(&["--preload", "--allocators", "glibc,tcmalloc,system"]).unwrap();
         assert_eq!(plan.allocators, [Allocator::System, Allocator::Tcmalloc]);
     }
 
     #[test]
-    fn child_mode_takes_one_workload() {
-        let plan = plan(&["--child", "mimalloc", "--workloads", "c7"]).unwrap();
-        assert_eq!(plan.mode, Mode::Child(Allocator::Mimalloc));
-        assert!(super::tests::plan(&["--child", "mimalloc", "--workloads", "c7,c6"]).is_err());
+    fn mimalloc_selects_both_builds_and_each_can_be_named() {
+        let plan = plan(&["--allocators", "hakmem,mimalloc,mimalloc3"]).unwrap();
+        assert_eq!(
+            plan.allocators,
+            [Allocator::Hakmem, Allocator::Mimalloc2, Allocator::Mimalloc3]
+        );
+        let plan = super::tests::plan(&["--allocators", "mimalloc2"]).unwrap();
+        assert_eq!(plan.allocators, [Allocator::Mimalloc2]);
+        let plan = super::tests::plan(&["--preload", "--allocators", "mimalloc-deb,mimalloc"]).unwrap();
+        assert_eq!(
+            plan.allocators,
+            [Allocator::MimallocDeb, Allocator::Mimalloc2, Allocator::Mimalloc3]
+        );
+        let err = super::tests::plan(&["--allocators", "mimalloc-deb"]).unwrap_err();
+        assert!(err.contains("only with --preload"), "{err}");
+    }
+
+    #[test]
+    fn child_mode_takes_one_workload_and_one_allocator() {
+        let plan = plan(&["--child", "mimalloc3", "--workloads", "c7"]).unwrap();
+        assert_eq!(plan.mode, Mode::Child(Allocator::Mimalloc3));
+        let plan = super::tests::plan(&["--child", "mimalloc2", "--workloads", "c7"]).unwrap();
+        assert_eq!(plan.mode, Mode::Child(Allocator::Mimalloc2));
+        assert!(super::tests::plan(&["--child", "mimalloc3", "--workloads", "c7,c6"]).is_err());
         assert!(super::tests::plan(&["--child", "tcmalloc", "--workloads", "c7"]).is_err());
+        assert!(super::tests::plan(&["--child", "mimalloc-deb", "--workloads", "c7"]).is_err());
+        assert!(super::tests::plan(&["--child", "mimalloc", "--workloads", "c7"]).is_err());
+        assert!(super::tests::plan(&["--child", "system", "--workloads", "larson", "--threads", "1,2"]).is_err());
+    }
+
+    fn jobs_of<'a>(plan: &'a Plan, name: &str) -> Vec<&'a Job> {
+        plan.jobs.iter().filter(|j| j.workload == name).collect()
+    }
+
+    #[test]
+    fn scaling_runs_the_threaded_shapes_at_1_to_16_threads() {
+        let plan = plan(&["--scaling"]).unwrap();
+        assert!(plan.scaling);
+        assert_eq!(plan.thread_counts, [1, 2, 4, 8, 16]);
+        let threads = |name| -> Vec<usize> { jobs_of(&plan, name).iter().map(|j| j.params.threads).collect() };
+        assert_eq!(threads("mt-mixed"), [1, 2, 4, 8, 16]);
+        assert_eq!(threads("larson"), [1, 2, 4, 8, 16]);
+        // Pairs: one thread rounds up to one pair, which 2 threads also are.
+        assert_eq!(threads("prodcons"), [2, 4, 8, 16]);
+        assert_eq!(plan.jobs.len(), 14, "nothing else");
+    }
+
+    #[test]
+    fn a_thread_list_expands_the_selected_workloads() {
+        let plan = plan(&["--threads", "4,1,4,3", "--workloads", "mixed,larson,pacing,churn"]).unwrap();
+        assert!(plan.scaling, "several counts make a scaling table");
+        assert_eq!(plan.thread_counts, [4, 1, 3], "in order, without repeats");
+        let threads = |name| -> Vec<usize> { jobs_of(&plan, name).iter().map(|j| j.params.threads).collect() };
+        assert_eq!(threads("mixed"), [1], "one-thread workloads run once");
+        assert_eq!(threads("larson"), [4, 1, 3]);
+        assert_eq!(threads("churn"), [4, 1, 3]);
+        assert_eq!(threads("pacing"), [4, 2], "whole pairs");
+        // --scaling with a list of its own, and one count without --scaling.
+        let plan = super::tests::plan(&["--scaling", "--threads", "2,8"]).unwrap();
+        assert_eq!(plan.thread_counts, [2, 8]);
+        assert_eq!(jobs_of(&plan, "larson").len(), 2);
+        let plan = super::tests::plan(&["--threads", "8"]).unwrap();
+        assert!(!plan.scaling);
+        assert_eq!(
+            jobs_of(&plan, "churn")[0].params.threads,
+            8,
+            "an explicit count overrides churn's 10"
+        );
+        assert_eq!(jobs_of(&plan, "prodcons")[0].params.threads, 8, "four pairs");
     }
 
     #[test]
@@ -490,6 +663,7 @@ mod tests {
         for args in [
             &["--workloads", "nope"][..],
             &["--allocators", "ptmalloc"],
+            &["--threads", "1,x"],
             &["--format", "xml"],
             &["--iters", "lots"],
             &["--reps"],
@@ -522,6 +696,11 @@ mod tests {
             (&["--ws", "0"], "--ws"),
             (&["--iters", "0"], "--iters"),
             (&["--threads", "0"], "--threads"),
+            (&["--threads", "2,2000"], "--threads"),
+            (
+                &["--workloads", "churn", "--min", "16"],
+                "workload churn: --min must be at least 24",
+            ),
             (&["--reps", "0"], "--reps"),
             (&["--timeout", "0"], "--timeout"),
             (&["--allocators", "tcmalloc"], "only with --preload"),

@@ -1,12 +1,16 @@
-//! hakmem-bench: hakmem against the system allocator, mimalloc and jemalloc
-//! (and, with `--preload`, tcmalloc), on the workloads of BENCHMARKING.md.
+//! hakmem-bench: hakmem against the system allocator, mimalloc v2 and v3 and
+//! jemalloc (and, with `--preload`, Debian's mimalloc and tcmalloc), on the
+//! workloads of BENCHMARKING.md.
 //!
 //! `cargo run --release -p hakmem-bench` runs the default table; `--help`
 //! lists the workloads and options. The layers, top-down: `cli` (options →
 //! plan), `runner` (children, interleaving, the result line), `report`
-//! (medians, ratios, output), `workloads` (the kernels, generic over
-//! `GlobalAlloc`) with `rng`, `allocators` (names → allocator values) and
-//! `preload` (the C program and the libraries it runs under).
+//! (medians, ratios, output, the scaling table), `workloads` (the kernels,
+//! generic over `GlobalAlloc`) with `rng`, `allocators` (names → allocator
+//! values), `dlmimalloc` (the mimalloc v2 and v3 libraries `build.rs`
+//! compiles, and a `GlobalAlloc` over a `dlopen`ed one), `preload` (the C
+//! program and the libraries it runs under) and `scratch` (where the C
+//! program and the libraries are written out).
 //!
 //! This binary keeps the system allocator as its own global allocator: the
 //! allocators under test are only ever called explicitly by the workloads.
@@ -15,10 +19,12 @@
 
 mod allocators;
 mod cli;
+mod dlmimalloc;
 mod preload;
 mod report;
 mod rng;
 mod runner;
+mod scratch;
 mod workloads;
 
 use cli::Mode;
@@ -36,10 +42,10 @@ fn main() -> ExitCode {
             .exit(),
     };
     match plan.mode {
-        Mode::Child(allocator) => {
-            runner::child_main(allocator, &plan.jobs[0]);
-            ExitCode::SUCCESS
-        }
+        Mode::Child(allocator) => match runner::child_main(allocator, &plan.jobs[0]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => fail(&message),
+        },
         Mode::Compare => {
             let exe = match std::env::current_exe() {
                 Ok(exe) => exe,
@@ -73,7 +79,7 @@ type Libraries = Vec<(allocators::Allocator, Option<std::path::PathBuf>)>;
 /// Builds the C program and finds the libraries; drops (with a note) the
 /// allocators whose library is missing.
 fn preload_setup(plan: &mut cli::Plan) -> Result<(std::path::PathBuf, Libraries, Vec<String>), String> {
-    let exe_dir = preload::exe_dir()?;
+    let exe_dir = scratch::exe_dir()?;
     let binary = preload::build(&exe_dir)?;
     let (mut libraries, mut notes) = (Vec::new(), Vec::new());
     plan.allocators

@@ -1,14 +1,18 @@
 //! `--preload`: the workloads as a C program (`c/bench.c`, embedded in this
 //! binary) run under each allocator's `LD_PRELOAD`ed malloc, for comparing
-//! the C-ABI builds: glibc (no preload), Debian's mimalloc, jemalloc and
-//! tcmalloc, and hakmem's `libhakmem.so` from the build tree.
+//! the C-ABI builds: glibc (no preload), mimalloc v2 and v3 (the libraries
+//! `build.rs` compiles, embedded in this binary), Debian's mimalloc 2.0.9,
+//! jemalloc and tcmalloc, and hakmem's `libhakmem.so` from the build tree.
 //!
-//! The program is compiled on first use with `$CC` (default `cc`) into a
-//! `hakmem-bench-c/` folder beside this executable (or the temp dir when
-//! that is read-only) and recompiled when the embedded source changes.
+//! The program is compiled on first use with `$CC` (default `cc`) into the
+//! scratch folder (`hakmem-bench-c/` beside this executable, see `scratch`)
+//! and recompiled when the embedded source changes; the mimalloc libraries
+//! are written there too.
 
 use crate::allocators::Allocator;
 use crate::cli::Job;
+use crate::dlmimalloc;
+use crate::scratch;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -34,24 +38,9 @@ const SYSTEM_LIBRARY_DIR: &str = "/usr/lib/x86_64-linux-gnu";
 /// hakmem's C-ABI library, as `cargo build -p hakmem-ffi` names it.
 const HAKMEM_LIBRARY: &str = "libhakmem.so";
 
-/// The directory of this executable (`target/release` under cargo).
-pub fn exe_dir() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
-    exe.parent()
-        .map(Path::to_path_buf)
-        .ok_or_else(|| format!("{} has no parent directory", exe.display()))
-}
-
 /// Compiles the C benchmark if needed and returns its path.
 pub fn build(exe_dir: &Path) -> Result<PathBuf, String> {
-    let beside = exe_dir.join("hakmem-bench-c");
-    let dir = if std::fs::create_dir_all(&beside).is_ok() && !is_read_only(&beside) {
-        beside
-    } else {
-        let temp = std::env::temp_dir().join("hakmem-bench-c");
-        std::fs::create_dir_all(&temp).map_err(|e| format!("cannot create {}: {e}", temp.display()))?;
-        temp
-    };
+    let dir = scratch::dir(exe_dir)?;
     let source = dir.join("bench.c");
     let binary = dir.join("bench");
     let up_to_date = binary.exists() && std::fs::read_to_string(&source).is_ok_and(|s| s == SOURCE);
@@ -60,7 +49,7 @@ pub fn build(exe_dir: &Path) -> Result<PathBuf, String> {
     }
     // Build under names of our own and rename into place, so that two
     // instances never see each other's half-written files.
-    let unique = std::process::id();
+    let unique = scratch::unique();
     let temp_source = dir.join(format!("bench.{unique}.c"));
     let temp_binary = dir.join(format!("bench.{unique}"));
     std::fs::write(&temp_source, SOURCE).map_err(|e| format!("cannot write {}: {e}", temp_source.display()))?;
@@ -94,16 +83,14 @@ pub fn build(exe_dir: &Path) -> Result<PathBuf, String> {
     Ok(binary)
 }
 
-fn is_read_only(dir: &Path) -> bool {
-    let probe = dir.join(format!(".probe.{}", std::process::id()));
-    let writable = std::fs::write(&probe, b"").is_ok();
-    let _ = std::fs::remove_file(&probe);
-    !writable
-}
-
 /// The library to preload for `allocator`: `Ok(None)` for the system
 /// allocator, `Err` (a note for the user) when the library is missing.
 pub fn library(allocator: Allocator, exe_dir: &Path) -> Result<Option<PathBuf>, String> {
+    if let Some(version) = allocator.mimalloc_build() {
+        return dlmimalloc::library(version, exe_dir)
+            .map(Some)
+            .map_err(|e| format!("{allocator} skipped: {e}"));
+    }
     let (path, remedy) = match allocator {
         Allocator::System => return Ok(None),
         Allocator::Hakmem => (
@@ -111,14 +98,9 @@ pub fn library(allocator: Allocator, exe_dir: &Path) -> Result<Option<PathBuf>, 
             "run `cargo build --release -p hakmem-ffi` (with the same profile as this benchmark)".to_string(),
         ),
         other => {
-            let name = other
+            let (name, package) = other
                 .system_library()
                 .expect("every other allocator has a Debian library");
-            let package = match other {
-                Allocator::Mimalloc => "libmimalloc2.0",
-                Allocator::Jemalloc => "libjemalloc2",
-                _ => "libtcmalloc-minimal4",
-            };
             (
                 Path::new(SYSTEM_LIBRARY_DIR).join(name),
                 format!("install the Debian package {package}"),
@@ -208,12 +190,24 @@ mod tests {
             (Kernel::MtMixed, 2 * iters),
             (Kernel::Larson, 0),
             (Kernel::ProdCons, 2 * iters),
+            (Kernel::Huge, 2 * 40),
+            (Kernel::Churn, 30 * 4),
+            (Kernel::Pacing, 2 * 2 * iters),
         ] {
             let mut job = job(kernel.name(), kernel, iters);
-            if kernel == Kernel::Larson {
+            match kernel {
                 // A working set smaller than a handoff batch: how many blocks
                 // each handoff finds depends on every earlier draw.
-                job.params.ws = 10;
+                Kernel::Larson => job.params.ws = 10,
+                Kernel::Huge => {
+                    (job.params.min, job.params.max) = (64 << 10, 512 << 10);
+                    (job.params.ws, job.params.iters, job.params.threads) = (4, 40, 1);
+                }
+                // 30 rounds of 4 threads.
+                Kernel::Churn => (job.params.min, job.params.iters, job.params.threads) = (24, 30, 4),
+                // Two pairs.
+                Kernel::Pacing => (job.params.max, job.params.threads) = (16 << 10, 4),
+                _ => {}
             }
             let run = run_child(command(&binary, None, &job, Allocator::System), Duration::from_secs(30));
             let sample = run.result.unwrap_or_else(|f| panic!("{kernel:?}: {f}\n{}", run.stderr));
@@ -226,6 +220,14 @@ mod tests {
             };
             assert_eq!(sample.ops, expected_ops, "{kernel:?}");
         }
+        // Two prodcons pairs make twice the operations.
+        let mut two_pairs = job("prodcons", Kernel::ProdCons, iters);
+        two_pairs.params.threads = 4;
+        let run = run_child(
+            command(&binary, None, &two_pairs, Allocator::System),
+            Duration::from_secs(30),
+        );
+        assert_eq!(run.result.map(|s| s.ops), Ok(4 * iters), "{}", run.stderr);
         // Same binary reused when nothing changed.
         assert_eq!(build(&dir).unwrap(), binary);
         // A bad argument is a usage error, and a missing preload is caught.
@@ -241,14 +243,80 @@ mod tests {
                 &binary,
                 Some(missing),
                 &job("mixed", Kernel::Mixed, 10),
-                Allocator::Mimalloc,
+                Allocator::MimallocDeb,
             ),
             Duration::from_secs(10),
         );
         assert_eq!(run.result, Err(crate::runner::Failure::Exit(4)));
+        // churn refuses blocks too small for its header.
+        let mut small = job("churn", Kernel::Churn, 2);
+        small.params.min = 16;
+        assert_eq!(
+            run_child(
+                command(&binary, None, &small, Allocator::System),
+                Duration::from_secs(10)
+            )
+            .result,
+            Err(crate::runner::Failure::Exit(2))
+        );
         let _ = std::fs::remove_dir_all(&dir);
         assert!(PRESETS
             .iter()
             .all(|p| SOURCE.contains(&format!("\"{}\"", p.kernel.name()))));
+    }
+
+    /// The mimalloc builds are written out and run the new workloads (and
+    /// larson) under LD_PRELOAD; the C program's check that the library is
+    /// loaded makes a silent fallback to glibc fail.
+    #[test]
+    fn mimalloc_builds_run_under_ld_preload() {
+        if Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!("skipped: no C compiler");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("hakmem-bench-test-mi-{}", scratch::unique()));
+        let binary = build(&dir).expect("compile c/bench.c");
+        for allocator in [Allocator::Mimalloc2, Allocator::Mimalloc3] {
+            let library = library(allocator, &dir).unwrap().expect("a library to preload");
+            assert!(
+                library.starts_with(scratch::dir(&dir).unwrap()),
+                "{}",
+                library.display()
+            );
+            for (kernel, min, max, ws, iters, threads, expected_ops) in [
+                (Kernel::Larson, 16, 1024, 64, 2_000, 2, None),
+                (Kernel::Huge, 1 << 20, 3 << 20, 3, 20, 1, Some(40)),
+                (Kernel::Churn, 128, 128, 20, 10, 3, Some(30)),
+                (Kernel::Pacing, 16, 16 << 10, 32, 2_000, 2, Some(4_000)),
+            ] {
+                let job = Job {
+                    workload: kernel.name(),
+                    params: Params {
+                        kernel,
+                        min,
+                        max,
+                        ws,
+                        iters,
+                        seed: 1,
+                        threads,
+                    },
+                };
+                let run = run_child(
+                    command(&binary, Some(&library), &job, allocator),
+                    Duration::from_secs(30),
+                );
+                let sample = run
+                    .result
+                    .unwrap_or_else(|f| panic!("{allocator} {kernel:?}: {f}\n{}", run.stderr));
+                if let Some(expected) = expected_ops {
+                    assert_eq!(sample.ops, expected, "{allocator} {kernel:?}");
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

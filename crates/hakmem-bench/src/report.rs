@@ -1,14 +1,17 @@
 //! From runs to results: medians, ratios of medians, and the three output
-//! formats (table, CSV, JSON written by hand).
+//! formats (table, CSV, JSON written by hand), plus the scaling table (one
+//! column per thread count) when the plan asks for several counts.
 //!
-//! Per workload and allocator: throughput is the median over the successful
-//! runs of `ops / elapsed`; ns/op is its inverse (wall time per operation,
-//! all threads together); peak RSS is the median of the children's
+//! Per job (workload at one thread count) and allocator: throughput is the
+//! median over the successful runs of `ops / elapsed`; ns/op is its inverse
+//! (wall time per operation, all threads together); per-thread throughput
+//! divides it by the job's threads; peak RSS is the median of the children's
 //! `ru_maxrss`. The ratios divide this allocator's median throughput by
-//! mimalloc's and by the system allocator's for the same workload, from the
+//! mimalloc's (the faster of `mimalloc2` and `mimalloc3` on the job: what a
+//! goal against "mimalloc" means) and by the system allocator's, from the
 //! same invocation (BENCHMARKING.md: ratios from one run, never across runs).
 
-use crate::allocators::Allocator;
+use crate::allocators::{Allocator, MIMALLOC};
 use crate::cli::{Format, Job, Mode, Plan};
 use crate::runner::{Cell, Sample};
 use std::fmt::Write as _;
@@ -43,6 +46,8 @@ pub struct Row<'a> {
     pub samples: Vec<Sample>,
     /// Median million operations per second.
     pub mops: Option<f64>,
+    /// `mops` divided by the job's threads.
+    pub mops_per_thread: Option<f64>,
     pub ns_per_op: Option<f64>,
     pub peak_rss_mib: Option<f64>,
     pub vs_mimalloc: Option<f64>,
@@ -70,6 +75,7 @@ pub fn rows<'a>(plan: &'a Plan, cells: &[Cell]) -> Vec<Row<'a>> {
                 runs: cell.runs.len(),
                 samples,
                 mops,
+                mops_per_thread: mops.map(|m| m / plan.jobs[cell.job].params.threads as f64),
                 ns_per_op: ratio(Some(1e3), mops),
                 peak_rss_mib: rss_kib.map(|kib| kib / 1024.0),
                 vs_mimalloc: None,
@@ -80,15 +86,17 @@ pub fn rows<'a>(plan: &'a Plan, cells: &[Cell]) -> Vec<Row<'a>> {
             }
         })
         .collect();
-    let baseline = |rows: &[Row], workload: &str, allocator: Allocator| {
+    // The fastest median among `allocators` on `job`.
+    let baseline = |rows: &[Row], job: &Job, allocators: &[Allocator]| {
         rows.iter()
-            .find(|r| r.job.workload == workload && r.allocator == allocator)
-            .and_then(|r| r.mops)
+            .filter(|r| std::ptr::eq(r.job, job) && allocators.contains(&r.allocator))
+            .filter_map(|r| r.mops)
+            .max_by(f64::total_cmp)
     };
     for i in 0..rows.len() {
-        let workload = rows[i].job.workload;
-        rows[i].vs_mimalloc = ratio(rows[i].mops, baseline(&rows, workload, Allocator::Mimalloc));
-        rows[i].vs_system = ratio(rows[i].mops, baseline(&rows, workload, Allocator::System));
+        let job = rows[i].job;
+        rows[i].vs_mimalloc = ratio(rows[i].mops, baseline(&rows, job, MIMALLOC));
+        rows[i].vs_system = ratio(rows[i].mops, baseline(&rows, job, &[Allocator::System]));
     }
     rows
 }
@@ -97,6 +105,7 @@ pub fn rows<'a>(plan: &'a Plan, cells: &[Cell]) -> Vec<Row<'a>> {
 /// go below the table and into the JSON; CSV has no place for them.
 pub fn render(plan: &Plan, rows: &[Row], notes: &[String]) -> String {
     match plan.format {
+        Format::Table if plan.scaling => scaling_table(plan, rows, notes),
         Format::Table => table(plan, rows, notes),
         Format::Csv => csv(rows),
         Format::Json => json(plan, rows, notes),
@@ -112,6 +121,24 @@ fn mode_name(mode: Mode) -> &'static str {
 
 fn fixed(value: Option<f64>, decimals: usize) -> String {
     value.map_or_else(|| "-".into(), |v| format!("{v:.decimals$}"))
+}
+
+/// A throughput: two decimals, or three significant digits below 1 (churn
+/// runs thousands of threads per second, huge a few thousand calls).
+fn rate(value: Option<f64>) -> String {
+    let decimals = |v: f64| {
+        if v >= 1.0 || v <= 0.0 {
+            2
+        } else {
+            (2.0 - v.log10().floor()).min(9.0) as usize
+        }
+    };
+    value.map_or_else(|| "-".into(), |v| format!("{v:.0$}", decimals(v)))
+}
+
+/// A time per operation: two decimals, none from 10 µs up.
+fn nanos(value: Option<f64>) -> String {
+    fixed(value, if value.is_some_and(|v| v >= 1e4) { 0 } else { 2 })
 }
 
 fn times(value: Option<f64>) -> String {
@@ -136,43 +163,71 @@ fn size(bytes: usize) -> String {
     }
 }
 
-fn table(plan: &Plan, rows: &[Row], notes: &[String]) -> String {
+/// The first line of a table.
+fn title(plan: &Plan) -> String {
     let how = match plan.mode {
         Mode::Preload => "C program under LD_PRELOAD",
         Mode::Compare | Mode::Child(_) => "GlobalAlloc, identical loop per allocator",
     };
+    let scaling = if plan.scaling { "thread scaling; " } else { "" };
     let seed = plan.jobs.first().map_or(0, |j| j.params.seed);
-    let mut out = format!("hakmem-bench: {how}; median of {} runs; seed {seed}\n\n", plan.reps);
+    format!(
+        "hakmem-bench: {scaling}{how}; median of {} runs; seed {seed}\n\
+         vs mimalloc: against the faster of mimalloc2 and mimalloc3 in this run\n\n",
+        plan.reps
+    )
+}
+
+const WORKLOAD_WIDTH: usize = 9;
+const ALLOCATOR_WIDTH: usize = 12;
+
+fn table(plan: &Plan, rows: &[Row], notes: &[String]) -> String {
+    let mut out = title(plan);
     let _ = writeln!(
         out,
-        "{:<9} {:<9} {:>9} {:>8} {:>9} {:>11} {:>9}",
+        "{:<WORKLOAD_WIDTH$} {:<ALLOCATOR_WIDTH$} {:>9} {:>8} {:>9} {:>11} {:>9}",
         "workload", "allocator", "Mops/s", "ns/op", "peak MiB", "vs mimalloc", "vs system"
     );
-    let mut previous = None;
+    let mut previous: Option<&Job> = None;
     for row in rows {
-        if previous.is_some_and(|w| w != row.job.workload) {
+        if previous.is_some_and(|job| !std::ptr::eq(job, row.job)) {
             out.push('\n');
         }
-        previous = Some(row.job.workload);
+        previous = Some(row.job);
         let note = match (&row.failure, row.mops) {
             (Some(failure), None) => format!("FAILED: {failure}"),
             (Some(failure), Some(_)) => failure.clone(),
             (None, _) => String::new(),
         };
         let line = format!(
-            "{:<9} {:<9} {:>9} {:>8} {:>9} {:>11} {:>9}  {note}",
+            "{:<WORKLOAD_WIDTH$} {:<ALLOCATOR_WIDTH$} {:>9} {:>8} {:>9} {:>11} {:>9}  {note}",
             row.job.workload,
             row.allocator.name(),
-            fixed(row.mops, 2),
-            fixed(row.ns_per_op, 2),
+            rate(row.mops),
+            nanos(row.ns_per_op),
             fixed(row.peak_rss_mib, 1),
             times(row.vs_mimalloc),
             times(row.vs_system),
         );
         let _ = writeln!(out, "{}", line.trim_end());
     }
-    out.push_str("\nWorkload parameters (iterations per thread):\n");
+    parameters(&mut out, plan);
+    for note in notes {
+        let _ = writeln!(out, "note: {note}");
+    }
+    out
+}
+
+/// The parameters of every workload, once per workload (a scaling plan
+/// lists its thread counts together).
+fn parameters(out: &mut String, plan: &Plan) {
+    out.push_str("\nWorkload parameters (iterations per thread, per producer, or rounds for churn):\n");
+    let mut seen: Vec<&str> = Vec::new();
     for job in &plan.jobs {
+        if seen.contains(&job.workload) {
+            continue;
+        }
+        seen.push(job.workload);
         let p = &job.params;
         let sizes = size_range(p.min, p.max);
         let ws = if p.kernel.uses_ws() {
@@ -180,19 +235,97 @@ fn table(plan: &Plan, rows: &[Row], notes: &[String]) -> String {
         } else {
             "-".into()
         };
+        let threads: Vec<String> = plan
+            .jobs
+            .iter()
+            .filter(|j| j.workload == job.workload)
+            .map(|j| j.params.threads.to_string())
+            .collect();
+        let unit = match p.kernel.op_unit() {
+            "call" => String::new(),
+            unit => format!("  (one op = one {unit})"),
+        };
         let _ = writeln!(
             out,
-            "  {:<9} {sizes:<15} ws {ws:<5} iters {:<9} threads {}",
-            job.workload, p.iters, p.threads
+            "  {:<9} {sizes:<15} ws {ws:<5} iters {:<9} threads {}{unit}",
+            job.workload,
+            p.iters,
+            threads.join(",")
         );
     }
+}
+
+/// A block of the scaling table: its heading and how a cell is written.
+type Block = (&'static str, fn(&Row) -> String);
+
+/// The scaling table: per workload and allocator, one column per thread
+/// count of the plan, in four blocks (throughput, throughput per thread,
+/// peak RSS, ratio to mimalloc). A cell is `-` where the workload did not
+/// run at that count (one-thread workloads; pair workloads at odd counts).
+fn scaling_table(plan: &Plan, rows: &[Row], notes: &[String]) -> String {
+    let mut out = title(plan);
+    let mut workloads: Vec<&str> = Vec::new();
+    for job in &plan.jobs {
+        if !workloads.contains(&job.workload) {
+            workloads.push(job.workload);
+        }
+    }
+    let blocks: [Block; 4] = [
+        ("Mops/s, all threads together", |r| rate(r.mops)),
+        ("Mops/s per thread (falls where a workload stops scaling)", |r| {
+            rate(r.mops_per_thread)
+        }),
+        ("Peak RSS, MiB", |r| fixed(r.peak_rss_mib, 1)),
+        ("Throughput vs mimalloc", |r| times(r.vs_mimalloc)),
+    ];
+    for (heading, cell) in blocks {
+        let _ = write!(
+            out,
+            "{heading}\n{:<WORKLOAD_WIDTH$} {:<ALLOCATOR_WIDTH$}",
+            "workload", "allocator"
+        );
+        for threads in &plan.thread_counts {
+            let _ = write!(out, " {:>9}", format!("{threads} thr"));
+        }
+        out.push('\n');
+        for workload in &workloads {
+            for &allocator in &plan.allocators {
+                let mut line = format!("{workload:<WORKLOAD_WIDTH$} {:<ALLOCATOR_WIDTH$}", allocator.name());
+                for &threads in &plan.thread_counts {
+                    let row = rows.iter().find(|r| {
+                        r.job.workload == *workload && r.job.params.threads == threads && r.allocator == allocator
+                    });
+                    let text = match row {
+                        None => "-".to_string(),
+                        Some(row) if row.mops.is_none() => "FAILED".to_string(),
+                        Some(row) => cell(row),
+                    };
+                    let _ = write!(line, " {text:>9}");
+                }
+                let _ = writeln!(out, "{}", line.trim_end());
+            }
+        }
+        out.push('\n');
+    }
+    for row in rows.iter().filter(|r| r.failure.is_some()) {
+        let _ = writeln!(
+            out,
+            "failed: {} {} threads {}: {}",
+            row.job.workload,
+            row.allocator,
+            row.job.params.threads,
+            row.failure.as_deref().unwrap_or_default()
+        );
+    }
+    out.push_str("-: not run at that count (one-thread workloads; prodcons and pacing run whole pairs)\n");
+    parameters(&mut out, plan);
     for note in notes {
         let _ = writeln!(out, "note: {note}");
     }
     out
 }
 
-const CSV_HEADER: &str = "workload,kernel,min,max,ws,iters,threads,seed,allocator,runs,ok_runs,mops,ns_per_op,peak_rss_mib,vs_mimalloc,vs_system,failure";
+const CSV_HEADER: &str = "workload,kernel,min,max,ws,iters,threads,seed,allocator,runs,ok_runs,mops,ns_per_op,peak_rss_mib,vs_mimalloc,vs_system,mops_per_thread,op,failure";
 
 fn csv(rows: &[Row]) -> String {
     let mut out = format!("{CSV_HEADER}\n");
@@ -205,7 +338,7 @@ fn csv(rows: &[Row]) -> String {
             .map_or_else(String::new, |f| format!("\"{}\"", f.replace('"', "\"\"")));
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{failure}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{failure}",
             row.job.workload,
             p.kernel.name(),
             p.min,
@@ -222,6 +355,8 @@ fn csv(rows: &[Row]) -> String {
             number(row.peak_rss_mib),
             number(row.vs_mimalloc),
             number(row.vs_system),
+            number(row.mops_per_thread),
+            p.kernel.op_unit(),
         );
     }
     out
@@ -276,8 +411,8 @@ fn json(plan: &Plan, rows: &[Row], notes: &[String]) -> String {
             out,
             "{}\n    {{\"workload\": {}, \"kernel\": {}, \"min\": {}, \"max\": {}, \"ws\": {}, \"iters\": {}, \
              \"threads\": {}, \"seed\": {}, \"allocator\": {}, \"runs\": {}, \"ok_runs\": {}, \"mops\": {}, \
-             \"ns_per_op\": {}, \"peak_rss_mib\": {}, \"vs_mimalloc\": {}, \"vs_system\": {}, \"failure\": {}, \
-             \"samples\": [{}]}}",
+             \"ns_per_op\": {}, \"peak_rss_mib\": {}, \"vs_mimalloc\": {}, \"vs_system\": {}, \
+             \"mops_per_thread\": {}, \"op\": {}, \"failure\": {}, \"samples\": [{}]}}",
             if i == 0 { "" } else { "," },
             json_string(row.job.workload),
             json_string(p.kernel.name()),
@@ -295,6 +430,8 @@ fn json(plan: &Plan, rows: &[Row], notes: &[String]) -> String {
             json_number(row.peak_rss_mib),
             json_number(row.vs_mimalloc),
             json_number(row.vs_system),
+            json_number(row.mops_per_thread),
+            json_string(p.kernel.op_unit()),
             row.failure.as_deref().map_or_else(|| "null".into(), json_string),
             samples.join(", "),
         );
@@ -368,8 +505,13 @@ mod tests {
             ),
             cell(
                 0,
-                Allocator::Mimalloc,
+                Allocator::Mimalloc2,
                 vec![sample(20.0, 1024), sample(20.0, 1024), sample(20.0, 1024)],
+            ),
+            cell(
+                0,
+                Allocator::Mimalloc3,
+                vec![sample(15.0, 1024), sample(15.0, 1024), sample(15.0, 1024)],
             ),
             cell(
                 1,
@@ -383,8 +525,13 @@ mod tests {
             ),
             cell(
                 1,
-                Allocator::Mimalloc,
-                vec![sample(50.0, 1024), sample(50.0, 1024), sample(50.0, 1024)],
+                Allocator::Mimalloc2,
+                vec![sample(40.0, 1024), sample(40.0, 1024), sample(40.0, 1024)],
+            ),
+            cell(
+                1,
+                Allocator::Mimalloc3,
+                vec![sample(50.0, 1024), sample(50.0, 1024), Err(Failure::Exit(1))],
             ),
         ]
     }
@@ -401,8 +548,10 @@ mod tests {
         assert!(close(hakmem.mops, 30.0));
         assert!(close(hakmem.ns_per_op, 1e3 / 30.0));
         assert!(close(hakmem.peak_rss_mib, 2.0));
-        assert!(close(hakmem.vs_mimalloc, 1.5));
+        assert!(close(hakmem.vs_mimalloc, 1.5), "against mimalloc2, the faster here");
         assert!(close(hakmem.vs_system, 3.0));
+        assert!(close(hakmem.mops_per_thread, 30.0), "one thread");
+        assert!(close(rows[3].vs_mimalloc, 0.75), "mimalloc3 against mimalloc2");
         assert!(hakmem.failure.is_none());
         // A partly failed cell keeps the median of its good runs.
         let system = &rows[1];
@@ -412,10 +561,11 @@ mod tests {
             Some("1/3 runs failed: killed by signal 11 (SIGSEGV)")
         );
         // A wholly failed cell has no numbers and no ratios.
-        let failed = &rows[3];
+        let failed = &rows[4];
         assert_eq!((failed.mops, failed.vs_mimalloc), (None, None));
         assert_eq!(failed.failure.as_deref(), Some("3/3 runs failed: exited with status 3"));
-        assert!(close(rows[4].vs_mimalloc, 0.1));
+        assert!(close(rows[5].vs_mimalloc, 0.1), "against mimalloc3, the faster here");
+        assert!(close(rows[6].vs_mimalloc, 0.8));
     }
 
     #[test]
@@ -446,14 +596,18 @@ mod tests {
         let mut lines = out.lines();
         let header: Vec<&str> = lines.next().unwrap().split(',').collect();
         let rows: Vec<Vec<&str>> = lines.map(|l| l.splitn(header.len(), ',').collect()).collect();
-        assert_eq!(rows.len(), 6);
+        assert_eq!(rows.len(), 8);
         let col = |name| header.iter().position(|h| *h == name).unwrap();
         assert_eq!(rows[0][col("allocator")], "hakmem");
         assert_eq!(rows[0][col("mops")].parse::<f64>().unwrap(), 30.0);
         assert_eq!(rows[0][col("vs_mimalloc")].parse::<f64>().unwrap(), 1.5);
-        assert_eq!(rows[3][col("mops")], "");
-        assert_eq!(rows[3][col("ok_runs")], "0");
-        assert!(rows[3][col("failure")].starts_with("\"3/3 runs failed"));
+        assert_eq!(rows[0][col("mops_per_thread")].parse::<f64>().unwrap(), 30.0);
+        assert_eq!(rows[0][col("op")], "call");
+        assert_eq!(rows[2][col("allocator")], "mimalloc2");
+        assert_eq!(rows[3][col("allocator")], "mimalloc3");
+        assert_eq!(rows[4][col("mops")], "");
+        assert_eq!(rows[4][col("ok_runs")], "0");
+        assert!(rows[4][col("failure")].starts_with("\"3/3 runs failed"));
     }
 
     #[test]
@@ -462,10 +616,121 @@ mod tests {
         let out = render(&plan, &rows(&plan, &cells()), &["a \"quoted\" note".into()]);
         assert_eq!(out.matches('{').count(), out.matches('}').count());
         assert_eq!(out.matches('[').count(), out.matches(']').count());
-        assert_eq!(out.matches("\"workload\"").count(), 6);
-        assert_eq!(out.matches("\"elapsed_ns\"").count(), 3 + 2 + 3 + 3 + 3);
+        assert_eq!(out.matches("\"workload\"").count(), 8);
+        assert_eq!(out.matches("\"elapsed_ns\"").count(), 3 + 2 + 3 + 3 + 3 + 3 + 2);
+        assert_eq!(out.matches("\"mops_per_thread\"").count(), 8);
         assert!(out.contains("\"mops\": null") && out.contains("\"mode\": \"rust\""));
         assert!(out.contains(r#""a \"quoted\" note""#));
+    }
+
+    #[test]
+    fn small_rates_keep_three_significant_digits() {
+        assert_eq!(rate(Some(114.734)), "114.73");
+        assert_eq!(rate(Some(1.0)), "1.00");
+        assert_eq!(rate(Some(0.5)), "0.500");
+        assert_eq!(rate(Some(0.021_34)), "0.0213");
+        assert_eq!(rate(Some(0.001_634)), "0.00163");
+        assert_eq!(rate(None), "-");
+        assert_eq!(nanos(Some(8.716)), "8.72");
+        assert_eq!(nanos(Some(613_496.9)), "613497");
+    }
+
+    fn scaling_plan() -> Plan {
+        crate::cli::try_parse_from([
+            "hakmem-bench",
+            "--scaling",
+            "--workloads",
+            "larson,prodcons,mixed",
+            "--threads",
+            "1,2,4",
+            "--allocators",
+            "hakmem,mimalloc",
+            "--reps",
+            "1",
+        ])
+        .unwrap()
+        .plan()
+        .unwrap()
+    }
+
+    #[test]
+    fn scaling_table_has_a_column_per_thread_count_and_per_thread_rates() {
+        let plan = scaling_plan();
+        let names: Vec<(&str, usize)> = plan.jobs.iter().map(|j| (j.workload, j.params.threads)).collect();
+        assert_eq!(
+            names,
+            [
+                ("larson", 1),
+                ("larson", 2),
+                ("larson", 4),
+                ("prodcons", 2),
+                ("prodcons", 4),
+                ("mixed", 1)
+            ]
+        );
+        // Throughput grows less than the threads do: 8, 12, 16 Mops/s; the
+        // larson 4-thread mimalloc3 cell failed.
+        let mops = [8.0, 12.0, 16.0, 4.0, 6.0, 100.0];
+        let mut cells = Vec::new();
+        for (job, &m) in mops.iter().enumerate() {
+            for (allocator, factor) in [
+                (Allocator::Hakmem, 1.0),
+                (Allocator::Mimalloc2, 0.5),
+                (Allocator::Mimalloc3, 0.25),
+            ] {
+                let run = if job == 2 && allocator == Allocator::Mimalloc3 {
+                    Err(Failure::Signal(11))
+                } else {
+                    sample(m * factor, 2048)
+                };
+                cells.push(Cell {
+                    job,
+                    allocator,
+                    runs: vec![run],
+                });
+            }
+        }
+        let out = render(&plan, &rows(&plan, &cells), &[]);
+        let block = |heading: &str| -> Vec<&str> {
+            let start = out.find(heading).unwrap_or_else(|| {
+                panic!(
+                    "no {heading}:
+{out}"
+                )
+            });
+            out[start..].lines().skip(1).take_while(|l| !l.is_empty()).collect()
+        };
+        let words = |line: &str| -> Vec<String> { line.split_whitespace().map(String::from).collect() };
+        let total = block("Mops/s, all threads together");
+        assert_eq!(
+            words(total[0]),
+            ["workload", "allocator", "1", "thr", "2", "thr", "4", "thr"],
+            "{out}"
+        );
+        assert_eq!(words(total[1]), ["larson", "hakmem", "8.00", "12.00", "16.00"]);
+        assert_eq!(words(total[3]), ["larson", "mimalloc3", "2.00", "3.00", "FAILED"]);
+        assert_eq!(words(total[4]), ["prodcons", "hakmem", "-", "4.00", "6.00"]);
+        assert_eq!(words(total[7]), ["mixed", "hakmem", "100.00", "-", "-"]);
+        assert_eq!(total.len(), 1 + 3 * 3);
+        let per_thread = block("Mops/s per thread");
+        assert_eq!(words(per_thread[1]), ["larson", "hakmem", "8.00", "6.00", "4.00"]);
+        assert_eq!(words(per_thread[4]), ["prodcons", "hakmem", "-", "2.00", "1.50"]);
+        let rss = block("Peak RSS, MiB");
+        assert_eq!(words(rss[1]), ["larson", "hakmem", "2.0", "2.0", "2.0"]);
+        let vs = block("Throughput vs mimalloc");
+        // Against mimalloc2, the faster build, wherever it ran.
+        assert_eq!(words(vs[1]), ["larson", "hakmem", "2.00x", "2.00x", "2.00x"]);
+        assert_eq!(words(vs[3]), ["larson", "mimalloc3", "0.50x", "0.50x", "FAILED"]);
+        assert!(
+            out.contains("failed: larson mimalloc3 threads 4: 1/1 runs failed"),
+            "{out}"
+        );
+        assert!(out.contains("  larson") && out.contains("threads 1,2,4"), "{out}");
+        assert!(
+            out.lines().all(|l| l == l.trim_end()),
+            "trailing blanks:
+{out}"
+        );
     }
 
     #[test]

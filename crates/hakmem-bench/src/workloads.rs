@@ -26,7 +26,7 @@ use crate::rng::Rng;
 use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -56,9 +56,20 @@ const HANDOFF_BATCH: usize = 16;
 const MAILBOX_CAP: usize = 4096;
 
 /// prodcons: blocks per message, and messages in flight before the
-/// producer blocks (at most 4096 live blocks, about 2 MiB at 16–1024 B).
+/// producer blocks (at most 4096 live blocks per pair, about 2 MiB at
+/// 16–1024 B).
 const PRODCONS_BATCH: usize = 64;
 const PRODCONS_DEPTH: usize = 64;
+
+/// churn: a block carries its size and a check word in its first 16 bytes
+/// (the shared slots hold bare pointers, and `dealloc` needs the size) and
+/// its tag in its last byte, so it is at least this long.
+pub const CHURN_MIN_SIZE: usize = 24;
+
+/// Spins on a busy-wait before a waiting thread yields its core (pacing):
+/// short enough that an oversubscribed run (16 threads on 2 cores) does not
+/// burn its time slices spinning.
+const SPINS_BEFORE_YIELD: u32 = 64;
 
 /// The loop a workload runs. The presets differ only in parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,12 +85,26 @@ pub enum Kernel {
     /// `Mixed` on `threads` threads that periodically hand a batch of live
     /// blocks to the next thread, which frees them (cross-thread free).
     Larson,
-    /// A producer thread allocates, a consumer thread checks and frees, in
-    /// batches through a bounded channel. One block is two operations.
+    /// Producer threads allocate, consumer threads check and free, in
+    /// batches through a bounded channel per pair. One block is two
+    /// operations.
     ProdCons,
     /// Random slot: allocate if empty, else free it (1 in 4) or `realloc` it
     /// to a new random size and check the contents moved.
     Realloc,
+    /// `ws` huge blocks live; each iteration frees a random one and
+    /// allocates a new one of a random size, written in full (zeroed, like
+    /// C++ `make_unique<char[]>(n)`). One iteration is two operations.
+    Huge,
+    /// Thread churn: each iteration (round) starts `threads` threads, each
+    /// `calloc`s one block, swaps it into a random one of `ws` shared slots,
+    /// frees what it found there and exits. One thread is one operation.
+    Churn,
+    /// Producer threads hand blocks one by one to consumer threads through a
+    /// ring per pair; a consumer frees a block only once `ws` newer ones are
+    /// queued behind it, so each pair keeps a steady `ws` to `2 ws` blocks
+    /// live. One block is two operations.
+    Pacing,
 }
 
 impl Kernel {
@@ -92,22 +117,51 @@ impl Kernel {
             Kernel::Larson => "larson",
             Kernel::ProdCons => "prodcons",
             Kernel::Realloc => "realloc",
+            Kernel::Huge => "huge",
+            Kernel::Churn => "churn",
+            Kernel::Pacing => "pacing",
         }
     }
 
-    /// Whether the kernel keeps a working set (`--ws`); `Fixed` and
-    /// `ProdCons` have none.
+    /// Whether the kernel keeps a working set (`--ws`: slots, live blocks,
+    /// or the per-pair lag of `Pacing`); `Fixed` and `ProdCons` have none.
     pub fn uses_ws(self) -> bool {
         !matches!(self, Kernel::Fixed | Kernel::ProdCons)
     }
 
-    /// The threads a run uses when `--threads` asks for `requested`: only
-    /// `MtMixed` and `Larson` follow it; `ProdCons` is always one pair.
+    /// The threads a run uses when `--threads` asks for `requested`:
+    /// `MtMixed`, `Larson` and `Churn` (threads per round) take it as is,
+    /// `ProdCons` and `Pacing` round it down to whole producer/consumer pairs
+    /// (at least one), the others run on one thread.
     pub fn threads(self, requested: usize) -> usize {
         match self {
-            Kernel::MtMixed | Kernel::Larson => requested,
-            Kernel::ProdCons => 2,
-            Kernel::Mixed | Kernel::Fixed | Kernel::Realloc => 1,
+            Kernel::MtMixed | Kernel::Larson | Kernel::Churn => requested,
+            Kernel::ProdCons | Kernel::Pacing => 2 * (requested / 2).max(1),
+            Kernel::Mixed | Kernel::Fixed | Kernel::Realloc | Kernel::Huge => 1,
+        }
+    }
+
+    /// `--threads` when the command line gives none.
+    pub fn default_threads(self) -> usize {
+        match self {
+            Kernel::Churn => 10,
+            _ => self.threads(2),
+        }
+    }
+
+    /// Smallest block the kernel can work with.
+    pub fn min_size(self) -> usize {
+        match self {
+            Kernel::Churn => CHURN_MIN_SIZE,
+            _ => 1,
+        }
+    }
+
+    /// What one operation of the kernel is, for the reports.
+    pub fn op_unit(self) -> &'static str {
+        match self {
+            Kernel::Churn => "thread",
+            _ => "call",
         }
     }
 }
@@ -120,10 +174,11 @@ pub struct Preset {
     pub min: usize,
     pub max: usize,
     pub ws: usize,
-    /// Iterations per thread. Chosen so that one run takes roughly 0.1 to
-    /// 0.4 s on the 2-core development machine (long enough that timer and
-    /// start-up noise vanish) and the default table (12 workloads x 4
-    /// allocators x 5 reps = 240 runs) stays well under 5 minutes.
+    /// Iterations per thread (per producer for `ProdCons` and `Pacing`,
+    /// rounds for `Churn`). Chosen so that one run takes roughly 0.1 to 0.4 s
+    /// on the 2-core development machine (long enough that timer and
+    /// start-up noise vanish), except `huge`, whose 2000 replacements are the
+    /// shape it models (and which is not in the default table for that).
     pub iters: u64,
     /// Part of the default table (no `--workloads`).
     pub in_default: bool,
@@ -149,10 +204,18 @@ pub static PRESETS: &[Preset] = &[
     preset("fixed64k", Kernel::Fixed,    64 * KIB, 64 * KIB,  1,    2_000_000,  "allocate, touch, free in a loop"),
     preset("mt-mixed", Kernel::MtMixed,  16,       1024,      400,  10_000_000, "mixed on --threads threads, own slots"),
     preset("larson",   Kernel::Larson,   16,       1024,      400,  5_000_000,  "threads free each other's blocks"),
-    preset("prodcons", Kernel::ProdCons, 16,       1024,      1,    2_000_000,  "one thread allocates, another frees"),
+    preset("prodcons", Kernel::ProdCons, 16,       1024,      1,    2_000_000,  "producers allocate, consumers free (pairs)"),
+    preset("churn",    Kernel::Churn,    128,      128,       1000, 1_000,      "rounds of short threads: calloc, swap, free"),
+    preset("pacing",   Kernel::Pacing,   16,       16 * KIB,  2048, 500_000,    "producers hand blocks to consumers, steady live set"),
     Preset {
         in_default: false,
         ..preset("realloc", Kernel::Realloc, 16,     4 * KIB,   400,  4_000_000,  "realloc to random sizes (not in the default table)")
+    },
+    // 2000 replacements write about 30 GB: seconds per run, so not in the
+    // default table (it would take longer than all the others together).
+    Preset {
+        in_default: false,
+        ..preset("huge",     Kernel::Huge,   5 * MIB,  25 * MIB,  20,   2_000,      "replace huge blocks, written in full (not in the default table)")
     },
 ];
 
@@ -190,7 +253,8 @@ pub struct Params {
     pub max: usize,
     /// Working-set slots (per thread).
     pub ws: usize,
-    /// Iterations (per thread for `MtMixed` and `Larson`).
+    /// Iterations (per thread for `MtMixed` and `Larson`, per producer for
+    /// `ProdCons` and `Pacing`, rounds for `Churn`).
     pub iters: u64,
     pub seed: u64,
     pub threads: usize,
@@ -209,13 +273,19 @@ pub struct Outcome {
 
 /// Runs `params` against `a`.
 ///
-/// Panics unless `1 <= min <= max <= MAX_BLOCK_SIZE` and `ws`, `threads`
-/// are at least 1 (`cli` reports these as usage errors first): the kernels'
-/// `unsafe` blocks rely on it.
+/// Panics unless `kernel.min_size() <= min <= max <= MAX_BLOCK_SIZE` and
+/// `ws`, `threads` are at least 1 (`cli` reports these as usage errors
+/// first): the kernels' `unsafe` blocks rely on it. The pair kernels run
+/// `threads / 2` pairs (at least one); `cli` passes an even count.
 pub fn run<A: GlobalAlloc + Sync>(a: &A, params: &Params) -> Outcome {
     let p = params;
     assert!(
-        1 <= p.min && p.min <= p.max && p.max <= MAX_BLOCK_SIZE && p.ws >= 1 && p.threads >= 1,
+        p.kernel.min_size() <= p.min
+            && 1 <= p.min
+            && p.min <= p.max
+            && p.max <= MAX_BLOCK_SIZE
+            && p.ws >= 1
+            && p.threads >= 1,
         "invalid workload parameters {p:?}"
     );
     let runs = match params.kernel {
@@ -225,6 +295,9 @@ pub fn run<A: GlobalAlloc + Sync>(a: &A, params: &Params) -> Outcome {
         Kernel::MtMixed => mt_mixed(a, params),
         Kernel::Larson => larson(a, params),
         Kernel::ProdCons => prodcons(a, params),
+        Kernel::Huge => vec![huge(a, params)],
+        Kernel::Churn => vec![churn(a, params)],
+        Kernel::Pacing => pacing(a, params),
     };
     ThreadRun::combine(&runs)
 }
@@ -352,6 +425,86 @@ impl Block {
         let block = Block { ptr, size: new_size };
         block.stamp();
         (block, moved_intact)
+    }
+
+    /// Allocates `size` bytes from `a`, writes every one of them (zero, as
+    /// C++ value-initialisation of `new char[n]()` does) and stamps them.
+    ///
+    /// # Safety
+    /// `1 <= size <= MAX_BLOCK_SIZE`.
+    unsafe fn alloc_written<A: GlobalAlloc>(a: &A, size: usize) -> Block {
+        // SAFETY: size is in [1, MAX_BLOCK_SIZE] (caller), as `layout` needs.
+        let ptr = black_box(unsafe { a.alloc(layout(size)) });
+        let Some(ptr) = NonNull::new(ptr) else {
+            out_of_memory(size)
+        };
+        // SAFETY: the block is ours and `size` bytes long.
+        unsafe { ptr.as_ptr().write_bytes(0, size) };
+        // black_box: the writes must reach memory, not be dropped as dead.
+        let block = Block {
+            ptr: black_box(ptr),
+            size,
+        };
+        block.stamp();
+        block
+    }
+
+    /// churn: `calloc`s `size` bytes from `a` and reports whether they came
+    /// back zeroed; then writes the size and a check word (size XOR address)
+    /// into the first 16 bytes and the tag into the last one, which
+    /// `from_sized` reads back.
+    ///
+    /// # Safety
+    /// `CHURN_MIN_SIZE <= size <= MAX_BLOCK_SIZE`.
+    unsafe fn calloc_sized<A: GlobalAlloc>(a: &A, size: usize) -> (Block, bool) {
+        // SAFETY: size is in [1, MAX_BLOCK_SIZE] (caller), as `layout` needs.
+        let ptr = black_box(unsafe { a.alloc_zeroed(layout(size)) });
+        let Some(ptr) = NonNull::new(ptr) else {
+            out_of_memory(size)
+        };
+        // SAFETY: the block is ours, `size` bytes long, and alloc_zeroed
+        // initialised them.
+        let zeroed = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), size) }
+            .iter()
+            .all(|&b| b == 0);
+        let block = Block { ptr, size };
+        let header = block.header();
+        // SAFETY: size >= CHURN_MIN_SIZE > 16, so bytes 0..16 and size - 1
+        // are inside the block and do not overlap.
+        unsafe {
+            let words = ptr.as_ptr().cast::<[u64; 2]>();
+            words.write_unaligned(header);
+            ptr.as_ptr().add(size - 1).write(block.tag());
+        }
+        (block, zeroed)
+    }
+
+    /// What `calloc_sized` writes into a block's first 16 bytes.
+    fn header(&self) -> [u64; 2] {
+        [self.size as u64, self.size as u64 ^ self.ptr.as_ptr() as u64]
+    }
+
+    /// churn: the block at `ptr`, with the size its header gives, or `None`
+    /// if the header or tag was damaged (the block is then leaked: its size
+    /// is unknown).
+    ///
+    /// # Safety
+    /// `ptr` came from `calloc_sized` with a size in `[min, max]`, is live,
+    /// and the caller holds the only handle to it.
+    unsafe fn from_sized(ptr: NonNull<u8>, min: usize, max: usize) -> Option<Block> {
+        // SAFETY: the block is at least CHURN_MIN_SIZE > 16 bytes long
+        // (caller).
+        let [size, check] = unsafe { ptr.as_ptr().cast::<[u64; 2]>().read_unaligned() };
+        let size = usize::try_from(size).ok().filter(|s| (min..=max).contains(s))?;
+        let block = Block { ptr, size };
+        if block.header() != [size as u64, check] {
+            return None;
+        }
+        // SAFETY: the size matches its check word (derived from the address),
+        // so, short of damage that forged both words consistently, it is the
+        // size the block was allocated with and size - 1 is inside it.
+        let tag = unsafe { ptr.as_ptr().add(size - 1).read() };
+        (tag == block.tag()).then_some(block)
     }
 }
 
@@ -607,71 +760,334 @@ fn free_mail<A: GlobalAlloc>(a: &A, mailbox: &Mailbox, incoming: &mut Vec<Block>
     count
 }
 
+/// The pairs of a `ProdCons` or `Pacing` run.
+fn pairs(p: &Params) -> usize {
+    (p.threads / 2).max(1)
+}
+
 fn prodcons<A: GlobalAlloc + Sync>(a: &A, p: &Params) -> Vec<ThreadRun> {
-    let (full_tx, full_rx) = mpsc::sync_channel::<Vec<Block>>(PRODCONS_DEPTH);
-    // Emptied batches go back to the producer, so the harness does not
-    // allocate a Vec (from the system allocator) per batch.
-    let (empty_tx, empty_rx) = mpsc::channel::<Vec<Block>>();
-    let barrier = Barrier::new(2);
+    let barrier = Barrier::new(2 * pairs(p));
     std::thread::scope(|s| {
-        let barrier = &barrier;
-        let producer = s.spawn(move || {
-            let mut rng = Rng::for_thread(p.seed, 0);
-            warm_up(a, p.min);
-            barrier.wait();
-            let start = Instant::now();
-            let mut batch = Vec::with_capacity(PRODCONS_BATCH);
-            for _ in 0..p.iters {
-                let size = rng.in_range(p.min, p.max);
-                // SAFETY: size is in [min, max] within [1, MAX_BLOCK_SIZE] (`run`).
-                batch.push(unsafe { Block::alloc(a, size) });
-                if batch.len() == PRODCONS_BATCH {
-                    let next = empty_rx
-                        .try_recv()
-                        .unwrap_or_else(|_| Vec::with_capacity(PRODCONS_BATCH));
-                    full_tx
-                        .send(std::mem::replace(&mut batch, next))
-                        .expect("consumer gone");
-                }
-            }
-            if !batch.is_empty() {
-                full_tx.send(batch).expect("consumer gone");
-            }
-            drop(full_tx);
-            ThreadRun {
-                start,
-                end: Instant::now(),
-                ops: p.iters,
-                errors: 0,
-            }
-        });
-        let consumer = s.spawn(move || {
-            warm_up(a, p.min);
-            barrier.wait();
-            let start = Instant::now();
-            let (mut ops, mut errors) = (0, 0);
-            for mut batch in full_rx {
-                ops += batch.len() as u64;
-                for block in batch.drain(..) {
-                    errors += u64::from(!block.is_intact());
-                    // SAFETY: the producer allocated every block from `a`.
-                    unsafe { block.free(a) };
-                }
-                // The producer may have finished and dropped its end.
-                let _ = empty_tx.send(batch);
-            }
-            ThreadRun {
-                start,
-                end: Instant::now(),
-                ops,
-                errors,
-            }
-        });
-        vec![
-            producer.join().expect("producer panicked"),
-            consumer.join().expect("consumer panicked"),
-        ]
+        let threads: Vec<_> = (0..pairs(p))
+            .flat_map(|index| {
+                let (full_tx, full_rx) = mpsc::sync_channel::<Vec<Block>>(PRODCONS_DEPTH);
+                // Emptied batches go back to the producer, so the harness does
+                // not allocate a Vec (from the system allocator) per batch.
+                let (empty_tx, empty_rx) = mpsc::channel::<Vec<Block>>();
+                let barrier = &barrier;
+                let producer = s.spawn(move || prodcons_producer(a, p, index, full_tx, empty_rx, barrier));
+                let consumer = s.spawn(move || prodcons_consumer(a, p, full_rx, empty_tx, barrier));
+                [producer, consumer]
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("prodcons thread panicked"))
+            .collect()
     })
+}
+
+fn prodcons_producer<A: GlobalAlloc>(
+    a: &A,
+    p: &Params,
+    index: usize,
+    full_tx: mpsc::SyncSender<Vec<Block>>,
+    empty_rx: mpsc::Receiver<Vec<Block>>,
+    barrier: &Barrier,
+) -> ThreadRun {
+    let mut rng = Rng::for_thread(p.seed, index);
+    warm_up(a, p.min);
+    barrier.wait();
+    let start = Instant::now();
+    let mut batch = Vec::with_capacity(PRODCONS_BATCH);
+    for _ in 0..p.iters {
+        let size = rng.in_range(p.min, p.max);
+        // SAFETY: size is in [min, max] within [1, MAX_BLOCK_SIZE] (`run`).
+        batch.push(unsafe { Block::alloc(a, size) });
+        if batch.len() == PRODCONS_BATCH {
+            let next = empty_rx
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(PRODCONS_BATCH));
+            full_tx
+                .send(std::mem::replace(&mut batch, next))
+                .expect("consumer gone");
+        }
+    }
+    if !batch.is_empty() {
+        full_tx.send(batch).expect("consumer gone");
+    }
+    drop(full_tx);
+    ThreadRun {
+        start,
+        end: Instant::now(),
+        ops: p.iters,
+        errors: 0,
+    }
+}
+
+fn prodcons_consumer<A: GlobalAlloc>(
+    a: &A,
+    p: &Params,
+    full_rx: mpsc::Receiver<Vec<Block>>,
+    empty_tx: mpsc::Sender<Vec<Block>>,
+    barrier: &Barrier,
+) -> ThreadRun {
+    warm_up(a, p.min);
+    barrier.wait();
+    let start = Instant::now();
+    let (mut ops, mut errors) = (0, 0);
+    for mut batch in full_rx {
+        ops += batch.len() as u64;
+        for block in batch.drain(..) {
+            errors += u64::from(!block.is_intact());
+            // SAFETY: the producer allocated every block from `a`.
+            unsafe { block.free(a) };
+        }
+        // The producer may have finished and dropped its end.
+        let _ = empty_tx.send(batch);
+    }
+    ThreadRun {
+        start,
+        end: Instant::now(),
+        ops,
+        errors,
+    }
+}
+
+fn huge<A: GlobalAlloc>(a: &A, p: &Params) -> ThreadRun {
+    let mut rng = Rng::new(p.seed);
+    let mut live = Slots::new(p.ws);
+    // Untimed: fill the live set (which also warms the allocator up).
+    for slot in &mut live.0 {
+        let size = rng.in_range(p.min, p.max);
+        // SAFETY: size is in [min, max] within [1, MAX_BLOCK_SIZE] (`run`).
+        *slot = Some(unsafe { Block::alloc_written(a, size) });
+    }
+    let mut errors = 0;
+    let start = Instant::now();
+    for _ in 0..p.iters {
+        let slot = &mut live.0[rng.below(p.ws)];
+        if let Some(block) = slot.take() {
+            errors += u64::from(!block.is_intact());
+            // SAFETY: blocks in the slots came from `a`.
+            unsafe { block.free(a) };
+        }
+        let size = rng.in_range(p.min, p.max);
+        // SAFETY: size is in [min, max] within [1, MAX_BLOCK_SIZE] (`run`).
+        *slot = Some(unsafe { Block::alloc_written(a, size) });
+    }
+    let end = Instant::now();
+    errors += live.drain(a);
+    ThreadRun {
+        start,
+        end,
+        ops: 2 * p.iters,
+        errors,
+    }
+}
+
+/// churn: every round starts `threads` threads and waits for them. The main
+/// thread draws each thread's slot and size before starting it, so the
+/// request stream does not depend on scheduling (which block a thread finds
+/// in its slot does).
+fn churn<A: GlobalAlloc + Sync>(a: &A, p: &Params) -> ThreadRun {
+    let slots: Vec<AtomicPtr<u8>> = (0..p.ws).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect();
+    let errors = AtomicU64::new(0);
+    let mut rng = Rng::new(p.seed);
+    warm_up(a, p.min);
+    let start = Instant::now();
+    for _ in 0..p.iters {
+        std::thread::scope(|s| {
+            for _ in 0..p.threads {
+                let slot = &slots[rng.below(p.ws)];
+                let size = rng.in_range(p.min, p.max);
+                let errors = &errors;
+                s.spawn(move || churn_thread(a, p, slot, size, errors));
+            }
+        });
+    }
+    let end = Instant::now();
+    // The scope joined every thread: their blocks and counts are visible.
+    let mut errors = errors.into_inner();
+    for slot in slots {
+        let Some(ptr) = NonNull::new(slot.into_inner()) else {
+            continue;
+        };
+        // SAFETY: every pointer in the slots came from `calloc_sized` with
+        // a size in [min, max] and is live; the slots are gone, so this is
+        // its only holder.
+        match unsafe { Block::from_sized(ptr, p.min, p.max) } {
+            // SAFETY: the block came from `a`.
+            Some(block) => unsafe { block.free(a) },
+            None => errors += 1,
+        }
+    }
+    ThreadRun {
+        start,
+        end,
+        ops: p.iters * p.threads as u64,
+        errors,
+    }
+}
+
+fn churn_thread<A: GlobalAlloc>(a: &A, p: &Params, slot: &AtomicPtr<u8>, size: usize, errors: &AtomicU64) {
+    // SAFETY: size is in [min, max] within [CHURN_MIN_SIZE, MAX_BLOCK_SIZE]
+    // (`run`).
+    let (block, zeroed) = unsafe { Block::calloc_sized(a, size) };
+    let mut damaged = u64::from(!zeroed);
+    // AcqRel: the Release half publishes this block's header and tag to the
+    // thread that swaps it out later; the Acquire half pairs with the Release
+    // of the thread that swapped `old` in, so its header and tag are visible.
+    let old = slot.swap(block.ptr.as_ptr(), Ordering::AcqRel);
+    if let Some(old) = NonNull::new(old) {
+        // SAFETY: every pointer in the slots came from `calloc_sized` with a
+        // size in [min, max] and is live; the swap made this thread its only
+        // holder.
+        match unsafe { Block::from_sized(old, p.min, p.max) } {
+            // SAFETY: the block came from `a`.
+            Some(old) => unsafe { old.free(a) },
+            None => damaged += 1,
+        }
+    }
+    if damaged > 0 {
+        // Read by the main thread after the join, which orders it.
+        errors.fetch_add(damaged, Ordering::Relaxed);
+    }
+}
+
+/// Keeps its value on a cache line of its own (the ring's two indices are
+/// written by different threads).
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// One pacing pair's ring of `capacity = 2 ws` slots. The producer fills
+/// slot `j % capacity` and then publishes `tail = j + 1`; the consumer
+/// empties it and then publishes `head = j + 1`. Invariant:
+/// `head <= tail <= head + capacity`.
+struct Ring {
+    slots: Vec<(AtomicPtr<u8>, AtomicUsize)>,
+    tail: Padded<AtomicU64>,
+    head: Padded<AtomicU64>,
+}
+
+impl Ring {
+    fn new(capacity: usize) -> Ring {
+        Ring {
+            slots: (0..capacity)
+                .map(|_| (AtomicPtr::new(std::ptr::null_mut()), AtomicUsize::new(0)))
+                .collect(),
+            tail: Padded(AtomicU64::new(0)),
+            head: Padded(AtomicU64::new(0)),
+        }
+    }
+
+    fn capacity(&self) -> u64 {
+        self.slots.len() as u64
+    }
+}
+
+/// One step of a busy-wait: spin a little, then give the core away.
+fn backoff(spins: &mut u32) {
+    if *spins < SPINS_BEFORE_YIELD {
+        *spins += 1;
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+fn pacing<A: GlobalAlloc + Sync>(a: &A, p: &Params) -> Vec<ThreadRun> {
+    let rings: Vec<Ring> = (0..pairs(p)).map(|_| Ring::new(2 * p.ws)).collect();
+    let barrier = Barrier::new(2 * pairs(p));
+    std::thread::scope(|s| {
+        let threads: Vec<_> = rings
+            .iter()
+            .enumerate()
+            .flat_map(|(index, ring)| {
+                let barrier = &barrier;
+                let producer = s.spawn(move || pacing_producer(a, p, index, ring, barrier));
+                let consumer = s.spawn(move || pacing_consumer(a, p, ring, barrier));
+                [producer, consumer]
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("pacing thread panicked"))
+            .collect()
+    })
+}
+
+fn pacing_producer<A: GlobalAlloc>(a: &A, p: &Params, index: usize, ring: &Ring, barrier: &Barrier) -> ThreadRun {
+    let mut rng = Rng::for_thread(p.seed, index);
+    let (mut head, mut spins) = (0, 0);
+    warm_up(a, p.min);
+    barrier.wait();
+    let start = Instant::now();
+    for j in 0..p.iters {
+        let size = rng.in_range(p.min, p.max);
+        // SAFETY: size is in [min, max] within [1, MAX_BLOCK_SIZE] (`run`).
+        let block = unsafe { Block::alloc(a, size) };
+        while j - head >= ring.capacity() {
+            // Acquire: pairs with the consumer's Release store of head, so
+            // its reads of the slot about to be reused are done.
+            head = ring.head.0.load(Ordering::Acquire);
+            if j - head >= ring.capacity() {
+                backoff(&mut spins);
+            }
+        }
+        spins = 0;
+        let slot = &ring.slots[(j % ring.capacity()) as usize];
+        slot.0.store(block.ptr.as_ptr(), Ordering::Relaxed);
+        slot.1.store(block.size, Ordering::Relaxed);
+        // Release: publishes the slot and the block's stamp to the
+        // consumer's Acquire load of tail.
+        ring.tail.0.store(j + 1, Ordering::Release);
+    }
+    ThreadRun {
+        start,
+        end: Instant::now(),
+        ops: p.iters,
+        errors: 0,
+    }
+}
+
+fn pacing_consumer<A: GlobalAlloc>(a: &A, p: &Params, ring: &Ring, barrier: &Barrier) -> ThreadRun {
+    let lag = p.ws as u64;
+    let (mut tail, mut spins, mut errors) = (0, 0, 0);
+    warm_up(a, p.min);
+    barrier.wait();
+    let start = Instant::now();
+    for j in 0..p.iters {
+        // Block j goes once `lag` newer blocks are queued behind it, or once
+        // the producer has published its last one.
+        while tail <= j + lag && tail < p.iters {
+            // Acquire: pairs with the producer's Release store of tail, so
+            // the slot and the block's stamp are visible.
+            tail = ring.tail.0.load(Ordering::Acquire);
+            if tail <= j + lag && tail < p.iters {
+                backoff(&mut spins);
+            }
+        }
+        spins = 0;
+        let slot = &ring.slots[(j % ring.capacity()) as usize];
+        let block = Block {
+            ptr: NonNull::new(slot.0.load(Ordering::Relaxed)).expect("a published slot holds a block"),
+            size: slot.1.load(Ordering::Relaxed),
+        };
+        errors += u64::from(!block.is_intact());
+        // SAFETY: the producer allocated the block from `a` with this size and
+        // handed it over through the ring; slot j is read once.
+        unsafe { block.free(a) };
+        // Release: the reads of slot j happen-before the producer reuses it
+        // (its Acquire load of head).
+        ring.head.0.store(j + 1, Ordering::Release);
+    }
+    ThreadRun {
+        start,
+        end: Instant::now(),
+        ops: p.iters,
+        errors,
+    }
 }
 
 /// Replays larson's slot choices without allocating: every iteration is
@@ -718,11 +1134,17 @@ mod tests {
     /// Delegates to `System` and records what it was asked.
     #[derive(Default)]
     struct Recorder {
+        /// Every allocation, zeroed ones included.
         allocs: AtomicU64,
+        zeroed: AtomicU64,
         frees: AtomicU64,
         reallocs: AtomicU64,
         min_size: AtomicUsize,
         max_size: AtomicUsize,
+        /// Blocks allocated and not yet freed (counted before the call, so
+        /// at most one per thread above the truth), and its maximum.
+        live: AtomicU64,
+        max_live: AtomicU64,
     }
 
     impl Recorder {
@@ -736,19 +1158,31 @@ mod tests {
             self.min_size.fetch_min(size, Ordering::Relaxed);
             self.max_size.fetch_max(size, Ordering::Relaxed);
         }
+        fn allocated(&self, size: usize) {
+            self.allocs.fetch_add(1, Ordering::Relaxed);
+            self.saw(size);
+            let live = self.live.fetch_add(1, Ordering::Relaxed) + 1;
+            self.max_live.fetch_max(live, Ordering::Relaxed);
+        }
     }
 
     // SAFETY: forwards every call unchanged to System, which upholds the
     // GlobalAlloc contract; the counters do not touch the blocks.
     unsafe impl GlobalAlloc for Recorder {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            self.allocs.fetch_add(1, Ordering::Relaxed);
-            self.saw(layout.size());
+            self.allocated(layout.size());
             // SAFETY: forwarded with the caller's guarantees.
             unsafe { System.alloc(layout) }
         }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            self.allocated(layout.size());
+            self.zeroed.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: forwarded with the caller's guarantees.
+            unsafe { System.alloc_zeroed(layout) }
+        }
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
             self.frees.fetch_add(1, Ordering::Relaxed);
+            self.live.fetch_sub(1, Ordering::Relaxed);
             // SAFETY: forwarded with the caller's guarantees.
             unsafe { System.dealloc(ptr, layout) }
         }
@@ -904,7 +1338,206 @@ mod tests {
             assert!(PRESETS[..i].iter().all(|q| q.name != p.name), "{} twice", p.name);
             assert!(std::ptr::eq(find(p.name).unwrap(), p));
         }
-        assert_eq!(PRESETS.iter().filter(|p| p.in_default).count(), 12);
+        for p in PRESETS {
+            assert!(p.min >= p.kernel.min_size(), "{}", p.name);
+            assert_eq!(
+                p.kernel.threads(p.kernel.default_threads()),
+                p.kernel.default_threads(),
+                "{}",
+                p.name
+            );
+        }
+        assert_eq!(PRESETS.iter().filter(|p| p.in_default).count(), 14);
         assert!(find("nope").is_none());
+    }
+
+    #[test]
+    fn pair_kernels_round_threads_down_to_whole_pairs() {
+        for kernel in [Kernel::ProdCons, Kernel::Pacing] {
+            let threads: Vec<usize> = [1, 2, 3, 4, 16, 17].map(|t| kernel.threads(t)).to_vec();
+            assert_eq!(threads, [2, 2, 2, 4, 16, 16], "{kernel:?}");
+        }
+        assert_eq!(Kernel::Churn.threads(3), 3);
+        assert_eq!(Kernel::Churn.default_threads(), 10);
+        assert_eq!(Kernel::Huge.threads(8), 1);
+    }
+
+    #[test]
+    fn prodcons_runs_one_channel_per_pair() {
+        let p = Params {
+            threads: 4,
+            iters: 3_001,
+            ..params(Kernel::ProdCons, 16, 1024)
+        };
+        let (outcome, rec) = run_recorded(&p);
+        assert_eq!(outcome.ops, 2 * 2 * p.iters, "two pairs, alloc and free per block");
+        assert_eq!(
+            rec.allocs.load(Ordering::Relaxed),
+            2 * p.iters + 4,
+            "plus four warm-ups"
+        );
+    }
+
+    /// Hands out blocks filled with 0xA5 and, when they come back, counts
+    /// those whose inside (all but the stamped ends) is not all zero.
+    #[derive(Default)]
+    struct WriteChecker {
+        blocks: AtomicU64,
+        not_written: AtomicU64,
+    }
+
+    // SAFETY: forwards to System, which upholds the GlobalAlloc contract;
+    // it only writes and reads inside blocks it hands out and gets back.
+    unsafe impl GlobalAlloc for WriteChecker {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: forwarded with the caller's guarantees.
+            let ptr = unsafe { System.alloc(layout) };
+            if !ptr.is_null() {
+                // SAFETY: a fresh block of layout.size() bytes.
+                unsafe { ptr.write_bytes(0xA5, layout.size()) };
+            }
+            ptr
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            self.blocks.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: a live block of layout.size() bytes (caller).
+            let inside = unsafe { std::slice::from_raw_parts(ptr, layout.size()) };
+            let inside = &inside[1..layout.size() - 1];
+            if inside.iter().any(|&b| b != 0) {
+                self.not_written.fetch_add(1, Ordering::Relaxed);
+            }
+            // SAFETY: forwarded with the caller's guarantees.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    #[test]
+    fn huge_counts_two_ops_per_replacement_and_writes_every_byte() {
+        let p = Params {
+            ws: 5,
+            iters: 300,
+            threads: 1,
+            ..params(Kernel::Huge, 1000, 70_000)
+        };
+        let (outcome, rec) = run_recorded(&p);
+        assert_eq!(outcome.ops, 2 * p.iters);
+        assert_eq!(
+            rec.allocs.load(Ordering::Relaxed),
+            p.ws as u64 + p.iters,
+            "the fill, then one per replacement"
+        );
+        assert_eq!(rec.max_live.load(Ordering::Relaxed), p.ws as u64, "a steady live set");
+        let checker = WriteChecker::default();
+        let outcome = run(&checker, &p);
+        assert_eq!(outcome.errors, 0);
+        assert_eq!(checker.blocks.load(Ordering::Relaxed), p.ws as u64 + p.iters);
+        assert_eq!(
+            checker.not_written.load(Ordering::Relaxed),
+            0,
+            "blocks not written in full"
+        );
+    }
+
+    #[test]
+    fn churn_counts_one_op_per_thread_and_callocs_every_block() {
+        let p = Params {
+            ws: 30,
+            iters: 40,
+            threads: 5,
+            ..params(Kernel::Churn, CHURN_MIN_SIZE, 300)
+        };
+        let (outcome, rec) = run_recorded(&p);
+        assert_eq!(outcome.ops, p.iters * p.threads as u64, "one op per thread");
+        assert_eq!(rec.zeroed.load(Ordering::Relaxed), p.iters * p.threads as u64);
+        assert_eq!(
+            rec.allocs.load(Ordering::Relaxed),
+            p.iters * p.threads as u64 + 1,
+            "plus a warm-up"
+        );
+        // At most every slot plus what the threads of one round hold.
+        assert!(rec.max_live.load(Ordering::Relaxed) <= (p.ws + 2 * p.threads) as u64);
+    }
+
+    /// `alloc_zeroed` that forgets to zero.
+    struct DirtyCalloc;
+
+    // SAFETY: forwards to System; the default alloc_zeroed is replaced by a
+    // plain allocation filled with 0xFF, still a valid block.
+    unsafe impl GlobalAlloc for DirtyCalloc {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: forwarded with the caller's guarantees.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: forwarded with the caller's guarantees.
+            let ptr = unsafe { System.alloc(layout) };
+            if !ptr.is_null() {
+                // SAFETY: a fresh block of layout.size() bytes.
+                unsafe { ptr.write_bytes(0xFF, layout.size()) };
+            }
+            ptr
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: forwarded with the caller's guarantees.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    #[test]
+    fn churn_reports_a_calloc_that_does_not_zero() {
+        let p = Params {
+            ws: 10,
+            iters: 3,
+            threads: 2,
+            ..params(Kernel::Churn, 128, 128)
+        };
+        assert_eq!(run(&DirtyCalloc, &p).errors, 6, "every block");
+    }
+
+    #[test]
+    fn churn_header_survives_and_damage_is_detected() {
+        // SAFETY: sizes within [CHURN_MIN_SIZE, MAX_BLOCK_SIZE]; each block is
+        // freed once, with System, or leaked when damaged.
+        unsafe {
+            let (block, zeroed) = Block::calloc_sized(&System, 40);
+            assert!(zeroed);
+            let back = Block::from_sized(block.ptr, 24, 64).expect("intact");
+            assert_eq!(back.size, 40);
+            assert!(Block::from_sized(block.ptr, 41, 64).is_none(), "size out of range");
+            block.ptr.as_ptr().add(8).write(!block.ptr.as_ptr().add(8).read());
+            assert!(Block::from_sized(block.ptr, 24, 64).is_none(), "check word");
+            block.ptr.as_ptr().add(8).write(!block.ptr.as_ptr().add(8).read());
+            block.ptr.as_ptr().add(39).write(!block.tag());
+            assert!(Block::from_sized(block.ptr, 24, 64).is_none(), "tag");
+            block.free(&System);
+        }
+    }
+
+    #[test]
+    fn pacing_counts_two_ops_per_block_and_keeps_a_steady_live_set() {
+        for threads in [2, 4] {
+            let p = Params {
+                ws: 50,
+                iters: 5_000,
+                threads,
+                ..params(Kernel::Pacing, 16, 16 * KIB)
+            };
+            let pairs = (threads / 2) as u64;
+            let (outcome, rec) = run_recorded(&p);
+            assert_eq!(outcome.ops, 2 * p.iters * pairs, "{threads} threads");
+            assert_eq!(rec.allocs.load(Ordering::Relaxed), p.iters * pairs + threads as u64);
+            // A consumer frees its first block only with ws more behind it;
+            // a ring holds at most 2 ws, plus the block its producer holds.
+            let max_live = rec.max_live.load(Ordering::Relaxed);
+            let ws = p.ws as u64;
+            assert!(
+                max_live > ws,
+                "{threads} threads: live set never reached ws: {max_live}"
+            );
+            assert!(
+                max_live <= pairs * (2 * ws + 1) + threads as u64,
+                "{threads} threads: {max_live} live, more than the rings hold"
+            );
+        }
     }
 }

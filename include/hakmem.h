@@ -3,8 +3,10 @@
  *
  * The standard allocator functions (malloc, free, calloc, realloc,
  * reallocarray, posix_memalign, aligned_alloc, memalign, valloc, pvalloc,
- * malloc_usable_size, malloc_trim) are replaced by the library and are
- * declared by <stdlib.h> and <malloc.h>, not here.
+ * malloc_usable_size, malloc_trim, mallinfo2, mallinfo, malloc_stats,
+ * malloc_info, C23's free_sized and free_aligned_sized) and C++'s
+ * operator new and operator delete are replaced by the library and are
+ * declared by <stdlib.h>, <malloc.h> and <new>, not here.
  */
 
 #ifndef HAKMEM_H

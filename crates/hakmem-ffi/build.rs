@@ -1,9 +1,16 @@
-//! Generates the C header for the `hakmem_*` extensions into
-//! `$OUT_DIR/hakmem.h` with cbindgen (pinned in the workspace). The copy
-//! users include is `include/hakmem.h` at the workspace root, checked in;
-//! `tests/header.rs` fails when it differs from this output and rewrites it
-//! when run with `HAKMEM_BLESS_HEADER=1`. The build script never writes
-//! outside `OUT_DIR`.
+//! Two jobs, both writing only into `OUT_DIR`:
+//!
+//! - Generates the C header for the `hakmem_*` extensions into
+//!   `$OUT_DIR/hakmem.h` with cbindgen (pinned in the workspace). The copy
+//!   users include is `include/hakmem.h` at the workspace root, checked in;
+//!   `tests/header.rs` fails when it differs from this output and rewrites
+//!   it when run with `HAKMEM_BLESS_HEADER=1`.
+//! - Compiles `src/new_handler.cpp` (the new-handler loop and
+//!   `std::bad_alloc` of the C++ operators, `src/cxx.rs`) with the system
+//!   C++ compiler into a static library that rustc bundles into both
+//!   `libhakmem.so` and `libhakmem.a`. It is *not* linked with libstdc++:
+//!   its references to the C++ runtime are weak (see the file), so C
+//!   programs using libhakmem do not need one.
 
 use std::env;
 use std::path::PathBuf;
@@ -11,6 +18,32 @@ use std::path::PathBuf;
 fn main() {
     println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=cbindgen.toml");
+    compile_new_handler();
+    generate_header();
+}
+
+fn compile_new_handler() {
+    cc::Build::new()
+        .cpp(true)
+        // No `-lstdc++`: the point is not to depend on it (cc adds it to
+        // C++ builds by default).
+        .cpp_link_stdlib(None)
+        .file("src/new_handler.cpp")
+        .std("c++17")
+        // Unwind tables and catch clauses: exceptions pass through and are
+        // caught in this code.
+        .flag("-fexceptions")
+        .flag("-fno-rtti")
+        // hakmem's own helpers: never exported from libhakmem.so.
+        .flag("-fvisibility=hidden")
+        // Shown as cargo warnings, not errors: another compiler version
+        // must not break the build.
+        .warnings(true)
+        .extra_warnings(true)
+        .compile("hakmem_new_handler");
+}
+
+fn generate_header() {
     let crate_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml is valid");

@@ -1,6 +1,7 @@
-//! One diagnostic line formatted on the stack and written to stderr with
-//! `write(2)`: usable where nothing may allocate (the panic handler of
-//! abort builds). Output longer than the buffer is cut, never an error.
+//! One line formatted on the stack without allocating: diagnostics written
+//! to stderr with `write(2)` (the panic handler of abort builds, misused
+//! `free_sized`/`operator delete`), and the lines of `malloc_info`. Output
+//! longer than the buffer is cut, never an error.
 
 use core::ffi::c_void;
 
@@ -47,6 +48,19 @@ impl Line {
         self.push(digits.get(start..).unwrap_or_default());
     }
 
+    /// Appends `value` as `0x` and 16 hex digits (hakmem-core's format for
+    /// pointers in diagnostics).
+    pub(crate) fn push_hex(&mut self, value: usize) {
+        let mut digits = [0u8; 18];
+        digits[0] = b'0';
+        digits[1] = b'x';
+        for (i, slot) in digits[2..].iter_mut().enumerate() {
+            let nibble = (value >> ((15 - i) * 4)) & 0xf;
+            *slot = b"0123456789abcdef"[nibble];
+        }
+        self.push(&digits);
+    }
+
     /// What has been formatted so far.
     pub(crate) fn as_bytes(&self) -> &[u8] {
         self.buf.get(..self.len).unwrap_or_default()
@@ -86,6 +100,15 @@ mod tests {
         line.push(b" ");
         line.push_usize(usize::MAX);
         assert_eq!(line.as_bytes(), b"a 0 1234567890 18446744073709551615");
+    }
+
+    #[test]
+    fn formats_pointers_in_hex() {
+        let mut line = Line::new();
+        line.push_hex(0);
+        line.push(b" ");
+        line.push_hex(0x7f12_3456_789a);
+        assert_eq!(line.as_bytes(), b"0x0000000000000000 0x00007f123456789a");
     }
 
     #[test]

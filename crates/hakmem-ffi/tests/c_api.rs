@@ -14,8 +14,10 @@ const LIMIT: Duration = Duration::from_secs(60);
 const VERSION_DEFINE: &str = concat!("HAKMEM_EXPECTED_VERSION=\"", env!("CARGO_PKG_VERSION"), "\"");
 
 /// Every symbol libhakmem.so exports: glibc's allocator API, glibc's
-/// aliases, and the `hakmem_*` extensions of include/hakmem.h.
-const EXPORTS: [&str; 26] = [
+/// aliases, C23's sized frees, glibc's statistics functions, the C++
+/// operators (Itanium-mangled), and the `hakmem_*` extensions of
+/// include/hakmem.h.
+const EXPORTS: [&str; 52] = [
     "__libc_calloc",
     "__libc_free",
     "__libc_malloc",
@@ -23,10 +25,37 @@ const EXPORTS: [&str; 26] = [
     "__libc_pvalloc",
     "__libc_realloc",
     "__libc_valloc",
+    // operator delete[]: plain, nothrow, aligned, aligned nothrow, sized,
+    // sized aligned.
+    "_ZdaPv",
+    "_ZdaPvRKSt9nothrow_t",
+    "_ZdaPvSt11align_val_t",
+    "_ZdaPvSt11align_val_tRKSt9nothrow_t",
+    "_ZdaPvm",
+    "_ZdaPvmSt11align_val_t",
+    // operator delete: the same six.
+    "_ZdlPv",
+    "_ZdlPvRKSt9nothrow_t",
+    "_ZdlPvSt11align_val_t",
+    "_ZdlPvSt11align_val_tRKSt9nothrow_t",
+    "_ZdlPvm",
+    "_ZdlPvmSt11align_val_t",
+    // operator new[] and operator new: plain, nothrow, aligned, aligned
+    // nothrow.
+    "_Znam",
+    "_ZnamRKSt9nothrow_t",
+    "_ZnamSt11align_val_t",
+    "_ZnamSt11align_val_tRKSt9nothrow_t",
+    "_Znwm",
+    "_ZnwmRKSt9nothrow_t",
+    "_ZnwmSt11align_val_t",
+    "_ZnwmSt11align_val_tRKSt9nothrow_t",
     "aligned_alloc",
     "calloc",
     "cfree",
     "free",
+    "free_aligned_sized",
+    "free_sized",
     "hakmem_collect",
     "hakmem_os_counters",
     "hakmem_owns",
@@ -34,8 +63,12 @@ const EXPORTS: [&str; 26] = [
     "hakmem_stats_print",
     "hakmem_version",
     "malloc",
+    "malloc_info",
+    "malloc_stats",
     "malloc_trim",
     "malloc_usable_size",
+    "mallinfo",
+    "mallinfo2",
     "memalign",
     "posix_memalign",
     "pvalloc",
@@ -100,11 +133,13 @@ fn edge_cases_hold_in_a_fully_static_program() {
 }
 
 /// (operation argument, C function named in the diagnostic)
-const POINTER_OPS: [(&str, &str); 4] = [
+const POINTER_OPS: [(&str, &str); 5] = [
     ("free", "free"),
     ("realloc", "realloc"),
     ("realloc0", "realloc"),
     ("usable", "malloc_usable_size"),
+    // free_sized is free, diagnostics included.
+    ("free_sized", "free"),
 ];
 
 #[test]
@@ -160,6 +195,7 @@ fn bad_pointers_are_ignored_with_on_error_warn() {
         ("realloc", "returned NULL\n"),
         ("realloc0", "returned NULL\n"),
         ("usable", "returned 0\n"),
+        ("free_sized", "returned\n"),
     ];
     for ((op, function), (_, returned)) in POINTER_OPS.into_iter().zip(returns) {
         let mut command = Command::new(&exe);
@@ -173,6 +209,37 @@ fn bad_pointers_are_ignored_with_on_error_warn() {
             "{op}: {:?}",
             outcome.stderr_text()
         );
+    }
+}
+
+/// C23's `free_aligned_sized` checks the alignment: a block without it is
+/// reported like a bad pointer (abort; ignored with `HAKMEM_ON_ERROR=warn`).
+#[test]
+fn aligned_free_of_a_misaligned_block_aborts_with_a_diagnostic() {
+    let expected = "hakmem: free_aligned_sized(): pointer not aligned to 1048576 (alignment mismatch) 0x";
+    for link in [Link::Preload, Link::Archive] {
+        let exe = compile_c("foreign_pointer.c", link, &[]);
+        let mut command = Command::new(&exe);
+        command.arg("misaligned").env_remove("HAKMEM_ON_ERROR");
+        let outcome = run(command, link.preload(), LIMIT);
+        assert_eq!(
+            outcome.status.signal(),
+            Some(libc::SIGABRT),
+            "misaligned ({link:?}): {} {:?}",
+            outcome.status,
+            outcome.stderr_text()
+        );
+        assert!(
+            outcome.stderr_text().starts_with(expected),
+            "misaligned ({link:?}): {:?}",
+            outcome.stderr_text()
+        );
+        let mut command = Command::new(&exe);
+        command.arg("misaligned").env("HAKMEM_ON_ERROR", "warn");
+        let outcome = run(command, link.preload(), LIMIT);
+        outcome.assert_success(&format!("misaligned with HAKMEM_ON_ERROR=warn ({link:?})"));
+        assert_eq!(outcome.stdout_text(), "returned\n");
+        assert!(outcome.stderr_text().starts_with(expected));
     }
 }
 

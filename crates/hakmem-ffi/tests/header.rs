@@ -7,6 +7,8 @@
 //! HAKMEM_BLESS_HEADER=1 cargo test -p hakmem-ffi --test header
 //! ```
 
+mod support;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -88,7 +90,7 @@ fn header_compiles_as_c_and_cpp() {
         {
             Ok(status) => status,
             Err(e) if lang == "c++" => {
-                eprintln!("skipped C++ check: {compiler}: {e}");
+                support::require(false, "header_compiles_as_c_and_cpp", &format!("{compiler}: {e}"));
                 continue;
             }
             Err(e) => panic!("run {compiler}: {e}"),

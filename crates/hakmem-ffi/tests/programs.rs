@@ -11,7 +11,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
-use support::{compile_c, have, run, run_both, scratch_dir, workspace_root, Link};
+use support::{compile_c, have, require, run, run_both, scratch_dir, workspace_root, Link};
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -29,7 +29,7 @@ fn python() -> Option<PathBuf> {
 #[test]
 fn python_output_is_unchanged_under_preload() {
     let Some(python) = python() else {
-        eprintln!("skipped: python3 not found");
+        require(false, "python_output_is_unchanged_under_preload", "python3 not found");
         return;
     };
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/workload.py");
@@ -51,8 +51,7 @@ fn python_output_is_unchanged_under_preload() {
 
 #[test]
 fn sort_output_is_unchanged_under_preload() {
-    if !have("sort") {
-        eprintln!("skipped: sort not found");
+    if !require(have("sort"), "sort_output_is_unchanged_under_preload", "sort not found") {
         return;
     }
     let dir = scratch_dir("sort");
@@ -90,6 +89,9 @@ fn sort_output_is_unchanged_under_preload() {
 #[test]
 fn git_output_is_unchanged_under_preload() {
     let root = workspace_root();
+    if !require(have("git"), "git_output_is_unchanged_under_preload", "git not found") {
+        return;
+    }
     let in_repo = Command::new("git")
         .arg("-C")
         .arg(&root)
@@ -97,8 +99,11 @@ fn git_output_is_unchanged_under_preload() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !in_repo {
-        eprintln!(
-            "skipped: git missing or {} is not a git checkout with commits",
+        // Not a tool that can be missing: a source tree without history.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPED: git_output_is_unchanged_under_preload: {} is not a git checkout with commits",
             root.display()
         );
         return;

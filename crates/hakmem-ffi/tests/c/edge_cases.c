@@ -28,6 +28,8 @@
 #pragma GCC diagnostic ignored "-Wpragmas"
 #pragma GCC diagnostic ignored "-Walloc-size-larger-than="
 #pragma GCC diagnostic ignored "-Wuse-after-free"
+/* mallinfo is deprecated in favour of mallinfo2; libhakmem exports both. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 #ifndef HAKMEM_EXPECTED_VERSION
 #error "build with -DHAKMEM_EXPECTED_VERSION=\"x.y.z\""
@@ -42,6 +44,9 @@ void *__libc_realloc(void *p, size_t size);
 void *__libc_memalign(size_t align, size_t size);
 void *__libc_valloc(size_t size);
 void *__libc_pvalloc(size_t size);
+/* C23; glibc 2.36 neither declares nor defines them. */
+void free_sized(void *p, size_t size);
+void free_aligned_sized(void *p, size_t align, size_t size);
 
 static int checks;
 static int failures;
@@ -148,7 +153,8 @@ static void test_loaded(void) {
         "cfree", "malloc_trim", "__libc_malloc", "__libc_free", "__libc_calloc",
         "__libc_realloc", "__libc_memalign", "__libc_valloc", "__libc_pvalloc",
         "hakmem_version", "hakmem_owns", "hakmem_os_counters", "hakmem_collect",
-        "hakmem_stats_print", "hakmem_stats_json",
+        "hakmem_stats_print", "hakmem_stats_json", "free_sized", "free_aligned_sized",
+        "mallinfo2", "mallinfo", "malloc_stats", "malloc_info",
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         Dl_info info;
@@ -586,6 +592,72 @@ static void test_trim_and_stats(void) {
     free(json);
 }
 
+static void test_sized_free(void) {
+    /* free_sized with the size asked for, or any size up to the usable one. */
+    static const size_t sizes[] = {0, 1, 100, 1000, 70000, (size_t)3 << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        void *p = malloc(sizes[i]);
+        HK(free_sized)(p, sizes[i]);
+        p = calloc(1, sizes[i]);
+        HK(free_sized)(p, sizes[i]);
+        p = malloc(sizes[i]);
+        HK(free_sized)(p, malloc_usable_size(p));
+        for (size_t align = 1; align <= ((size_t)1 << 20); align *= 8) {
+            p = aligned_alloc(align, sizes[i]);
+            check_block(p, sizes[i], align);
+            HK(free_aligned_sized)(p, align, sizes[i]);
+        }
+    }
+    /* Alignments aligned_alloc rounds up are rounded the same way. */
+    void *p = aligned_alloc(100, 10);
+    HK(free_aligned_sized)(p, 100, 10);
+    /* NULL does nothing, errno untouched. */
+    errno = ERRNO_SENTINEL;
+    HK(free_sized)(NULL, 100);
+    HK(free_aligned_sized)(NULL, 64, 100);
+    HK(free_aligned_sized)(NULL, SIZE_MAX, 100);
+    CHECK(errno == ERRNO_SENTINEL);
+    /* The blocks really went back: a steady loop maps nothing new. */
+    HakmemOsCounters before, after;
+    for (int i = 0; i < 1000; i++) HK(free_sized)(malloc(48), 48);
+    HK(hakmem_os_counters)(&before);
+    for (int i = 0; i < 100000; i++) HK(free_sized)(malloc(48), 48);
+    HK(hakmem_os_counters)(&after);
+    CHECK(after.mmap == before.mmap);
+}
+
+/* glibc's statistics functions answer about hakmem's heap. */
+static void test_mallinfo(void) {
+    const size_t big = (size_t)10 << 20;
+    char *block = malloc(big);
+    memset(block, 1, big);
+    struct mallinfo2 info = mallinfo2();
+    CHECK(info.uordblks >= big && info.arena >= big && info.hblks >= 1);
+    CHECK(info.usmblks == 0 && info.fordblks == 0);
+    struct mallinfo legacy = mallinfo();
+    CHECK((size_t)legacy.arena >= big && legacy.hblks >= 1);
+
+    char *xml = NULL;
+    size_t len = 0;
+    FILE *stream = open_memstream(&xml, &len);
+    CHECK(stream != NULL);
+    errno = ERRNO_SENTINEL;
+    CHECK(malloc_info(0, stream) == 0);
+    CHECK(malloc_info(1, stream) == EINVAL);
+    CHECK(errno == ERRNO_SENTINEL);
+    fclose(stream);
+    static const char head[] = "<malloc version=\"1\">\n<heap nr=\"0\">\n";
+    CHECK(xml != NULL && strncmp(xml, head, sizeof head - 1) == 0);
+    CHECK(xml != NULL && strstr(xml, "<hakmem version=\"" HAKMEM_EXPECTED_VERSION "\" format=\"json\">\n{\"") != NULL);
+    CHECK(xml != NULL && len > 10 && strcmp(xml + len - 10, "</malloc>\n") == 0);
+    free(xml);
+    free(block);
+    /* After a trim the huge block's mapping is no longer counted. */
+    malloc_trim(0);
+    struct mallinfo2 trimmed = mallinfo2();
+    CHECK(trimmed.uordblks < info.uordblks);
+}
+
 int main(void) {
     test_loaded();
     test_malloc();
@@ -598,6 +670,8 @@ int main(void) {
     test_valloc_pvalloc();
     test_usable_size();
     test_trim_and_stats();
+    test_sized_free();
+    test_mallinfo();
     printf("edge_cases: %d checks, %d failures\n", checks, failures);
     return failures == 0 ? 0 : 1;
 }

@@ -5,13 +5,16 @@
  * corrupting memory; under HAKMEM_ON_ERROR=warn it prints the diagnostic
  * and ignores the call.
  *
- * Usage: foreign_pointer {free|realloc|realloc0|usable} {stack|mmap|garbage|interior|freed|delayed}
+ * Usage: foreign_pointer {free|realloc|realloc0|usable|free_sized} {stack|mmap|garbage|interior|freed|delayed}
+ *        foreign_pointer misaligned
  *   stack     an address on the stack
  *   mmap      an address in a mapping of the program's own
  *   garbage   0x12345678
  *   interior  16 bytes into a live malloc'd block
  *   freed     a block already freed (just before)
  *   delayed   a block freed before 50 other frees of its size
+ * The second form hands a live block to free_aligned_sized with an
+ * alignment it does not have: reported like a bad pointer.
  * Prints "returned <value>" and exits 0 only if the call returned.
  */
 #define _GNU_SOURCE
@@ -22,9 +25,42 @@
 #include <string.h>
 #include <sys/mman.h>
 
+/* C23; not declared (or, before glibc 2.43, defined) by glibc. */
+void free_sized(void *p, size_t size);
+void free_aligned_sized(void *p, size_t align, size_t size);
+
+#ifdef HAKMEM_LINKED
+#define HK(name) (&name)
+#else
+#include <dlfcn.h>
+static void *lookup(const char *name) {
+    void *sym = dlsym(RTLD_DEFAULT, name);
+    if (sym == NULL) {
+        fprintf(stderr, "FATAL: %s is not resolvable: is libhakmem.so preloaded?\n", name);
+        exit(2);
+    }
+    return sym;
+}
+#define HK(name) ((__typeof__(&name))lookup(#name))
+#endif
+
+static int misaligned(void) {
+    /* Two 64-aligned blocks: at most one is also 1 MiB-aligned. */
+    void *a = aligned_alloc(64, 100);
+    void *p = aligned_alloc(64, 100);
+    if (((uintptr_t)p & ((1u << 20) - 1)) == 0) p = a;
+    fflush(stdout);
+    HK(free_aligned_sized)(p, (size_t)1 << 20, 100);
+    printf("returned\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "misaligned") == 0) {
+        return misaligned();
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: %s {free|realloc|realloc0|usable} {stack|mmap|garbage|interior|freed|delayed}\n", argv[0]);
+        fprintf(stderr, "usage: %s {free|realloc|realloc0|usable|free_sized} {stack|mmap|garbage|interior|freed|delayed}\n", argv[0]);
         return 2;
     }
     /* volatile: keep the compiler from seeing (and warning about, or
@@ -74,6 +110,9 @@ int main(int argc, char **argv) {
         printf("returned %s\n", realloc(p, 0) == NULL ? "NULL" : "a block");
     } else if (strcmp(argv[1], "usable") == 0) {
         printf("returned %zu\n", malloc_usable_size(p));
+    } else if (strcmp(argv[1], "free_sized") == 0) {
+        HK(free_sized)(p, 8);
+        printf("returned\n");
     } else {
         return 2;
     }

@@ -1,6 +1,6 @@
 //! Shared by the system tests of the C library: finding (building) the
-//! libraries, compiling the C programs of `tests/c/`, and running programs
-//! with and without `LD_PRELOAD`.
+//! libraries, compiling the C and C++ programs of `tests/c/` and
+//! `tests/cpp/`, and running programs with and without `LD_PRELOAD`.
 //!
 //! `cargo test` does not build this crate's `cdylib`/`staticlib` (it builds
 //! only the unit-test harness of `src/lib.rs`), so [`libs`] runs
@@ -10,13 +10,14 @@
 //! that build is up to date it costs well under a second.
 #![allow(dead_code)] // each test binary uses part of it
 
+use std::collections::BTreeMap;
 use std::env;
 use std::ffi::OsStr;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -115,27 +116,76 @@ impl Link {
 /// Compiles `tests/c/<source>` for `link` and returns the executable's
 /// path (`<scratch>/bin/<source stem>-<link>`).
 pub fn compile_c(source: &str, link: Link, defines: &[&str]) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(source);
-    let stem = source.trim_end_matches(".c");
+    compile(Lang::C, source, link, defines)
+}
+
+/// Compiles `tests/cpp/<source>` (C++17, sized deallocation and aligned
+/// new on) for `link`, as [`compile_c`] does a C program.
+pub fn compile_cpp(source: &str, link: Link, defines: &[&str]) -> PathBuf {
+    compile(Lang::Cpp, source, link, defines)
+}
+
+/// Compiles `tests/cpp/<source>` into a shared library
+/// (`<scratch>/lib/lib<source stem>.so`), linked with libstdc++ as a C++
+/// plugin is.
+pub fn compile_cpp_shared(source: &str) -> PathBuf {
+    let stem = source.trim_end_matches(".cpp");
+    let lib = scratch_dir("lib").join(format!("lib{stem}.so"));
+    let mut cxx = Lang::Cpp.compiler(source);
+    cxx.args(["-shared", "-fPIC"]).arg("-o").arg(&lib);
+    run_compiler(cxx, source);
+    lib
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lang {
+    C,
+    Cpp,
+}
+
+impl Lang {
+    /// The compiler command for `tests/<c|cpp>/<source>`, with the flags
+    /// every test program gets.
+    fn compiler(self, source: &str) -> Command {
+        let (dir, var, default, std) = match self {
+            Lang::C => ("tests/c", "CC", "cc", "-std=gnu11"),
+            Lang::Cpp => ("tests/cpp", "CXX", "c++", "-std=c++17"),
+        };
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir).join(source);
+        let mut cc = Command::new(env::var_os(var).unwrap_or_else(|| default.into()));
+        // -fno-builtin: keep the compiler from folding malloc/free pairs away or
+        // assuming what an impossible malloc returns.
+        cc.args([std, "-O1", "-g", "-Wall", "-Wextra", "-fno-builtin", "-pthread"])
+            .arg("-I")
+            .arg(workspace_root().join("include"))
+            .arg(&src);
+        if self == Lang::Cpp {
+            // Explicit, though C++17 implies both: delete-expressions call the
+            // sized operator delete, over-aligned types the aligned forms.
+            cc.args(["-fsized-deallocation", "-faligned-new"]);
+        }
+        cc
+    }
+}
+
+/// Compiles each program once per test binary: tests running in parallel
+/// share the executable instead of rewriting it while another runs it
+/// ("Text file busy").
+fn compile(lang: Lang, source: &str, link: Link, defines: &[&str]) -> PathBuf {
+    static COMPILED: Mutex<BTreeMap<PathBuf, Vec<String>>> = Mutex::new(BTreeMap::new());
+    let stem = source.trim_end_matches(".cpp").trim_end_matches(".c");
     let exe = scratch_dir("bin").join(format!("{stem}-{}", link.suffix()));
-    let mut cc = Command::new(env::var_os("CC").unwrap_or_else(|| "cc".into()));
-    // -fno-builtin: keep the compiler from folding malloc/free pairs away or
-    // assuming what an impossible malloc returns.
-    cc.args([
-        "-std=gnu11",
-        "-O1",
-        "-g",
-        "-Wall",
-        "-Wextra",
-        "-fno-builtin",
-        "-pthread",
-    ])
-    .arg("-I")
-    .arg(workspace_root().join("include"))
-    .args(defines.iter().map(|d| format!("-D{d}")))
-    .arg(&src)
-    .arg("-o")
-    .arg(&exe);
+    let defines: Vec<String> = defines.iter().map(|d| d.to_string()).collect();
+    let mut compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(earlier) = compiled.get(&exe) {
+        assert_eq!(
+            earlier, &defines,
+            "{source} ({link:?}) compiled with other defines before"
+        );
+        return exe;
+    }
+    let mut cc = lang.compiler(source);
+    cc.args(defines.iter().map(|d| format!("-D{d}"))).arg("-o").arg(&exe);
     match link {
         Link::Preload => {}
         Link::Archive => {
@@ -146,13 +196,18 @@ pub fn compile_c(source: &str, link: Link, defines: &[&str]) -> PathBuf {
         }
     }
     cc.args(["-ldl", "-lm"]);
-    let output = cc.output().expect("run cc (is a C compiler installed?)");
+    run_compiler(cc, source);
+    compiled.insert(exe.clone(), defines);
+    exe
+}
+
+fn run_compiler(mut cc: Command, source: &str) {
+    let output = cc.output().expect("run the C/C++ compiler (is one installed?)");
     assert!(
         output.status.success(),
         "compiling {source} failed:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    exe
 }
 
 /// What a finished program did.
@@ -296,4 +351,22 @@ pub fn have(program: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// For a test that needs `what` (a tool, or a condition it names): when
+/// `present`, true; otherwise, with `HAKMEM_REQUIRE_TOOLS` set (`.ci/run`
+/// sets it and installs every tool the tests use) the test fails, and
+/// without it a `SKIPPED: <test>: <what>` line goes straight to the
+/// terminal (a passing test's `eprintln!` is captured and never shown) and
+/// the caller returns.
+pub fn require(present: bool, test: &str, what: &str) -> bool {
+    if !present {
+        assert!(
+            std::env::var_os("HAKMEM_REQUIRE_TOOLS").is_none(),
+            "{test}: {what}, and HAKMEM_REQUIRE_TOOLS is set"
+        );
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {test}: {what}");
+    }
+    present
 }

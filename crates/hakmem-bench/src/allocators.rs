@@ -13,8 +13,7 @@
 //! each workload (`MIMALLOC`); `--allocators mimalloc` selects both, and
 //! `report` takes its "vs mimalloc" ratio against the faster.
 
-use crate::dlmimalloc::{self, DlMimalloc, Version};
-use crate::scratch;
+use crate::dlmimalloc::{DlMimalloc, Version};
 use crate::workloads::{self, Outcome, Params};
 use std::fmt;
 
@@ -124,8 +123,7 @@ impl Allocator {
             Allocator::Hakmem => Ok(workloads::run(&hakmem_core::Hakmem, params)),
             Allocator::System => Ok(workloads::run(&std::alloc::System, params)),
             Allocator::Mimalloc2 => {
-                let library = dlmimalloc::library(Version::V2, &scratch::exe_dir()?)?;
-                let mimalloc2 = DlMimalloc::open(&library, Version::V2.major())?;
+                let mimalloc2 = DlMimalloc::load(Version::V2)?;
                 Ok(workloads::run(&mimalloc2, params))
             }
             Allocator::Mimalloc3 => Ok(workloads::run(&mimalloc::MiMalloc, params)),
@@ -186,7 +184,7 @@ mod tests {
             version / 10000,
             3,
             "mimalloc3 is {}",
-            dlmimalloc::version_string(version)
+            crate::dlmimalloc::version_string(version)
         );
     }
 

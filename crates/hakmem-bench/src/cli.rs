@@ -1,10 +1,13 @@
 //! The command line: what the user may ask for, and its translation into a
 //! `Plan` (which runs, with fully resolved parameters).
 //!
-//! Parsing is clap's; everything clap cannot check (`--min` above `--max`,
-//! an allocator not available in this mode) is checked by `Cli::plan`, whose
-//! message `main` reports through clap so it looks the same and exits with
-//! status 2 like any usage error.
+//! Parsing is clap's, each value checked by its value parser: clap's ranged
+//! integer parsers for the plain numbers, `Scaled` for the sizes and counts
+//! that take a unit suffix (`64K`, `2M`, read by the `parse-size` crate),
+//! `PlotFile` for `--plot`. What no single value shows (`--min` above
+//! `--max`, an allocator not available in this mode) is checked by
+//! `Cli::plan`, whose message `main` reports through clap so it looks the
+//! same and exits with status 2 like any usage error.
 //!
 //! The parent passes every resolved parameter to its children explicitly
 //! (`runner::child_args`), so a child's `plan` sees no defaults.
@@ -12,8 +15,14 @@
 use crate::allocators::{self, Allocator};
 use crate::report;
 use crate::workloads::{self, Params, Preset, MAX_BLOCK_SIZE, PRESETS};
+use clap::builder::TypedValueParser;
+use clap::error::ErrorKind;
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+use parse_size::{ByteSuffix, Config};
+use std::ffi::OsStr;
 use std::fmt::Write as _;
+use std::marker::PhantomData;
+use std::path::PathBuf;
 use std::time::Duration;
 
 const ABOUT: &str = "Benchmark hakmem against the system allocator, mimalloc (v2 and v3) and jemalloc";
@@ -64,23 +73,23 @@ pub struct Cli {
     pub workloads: Vec<WorkloadArg>,
 
     /// Smallest block size in bytes for every selected workload (K, M, G
-    /// suffixes: KiB, MiB, GiB) [default: the workload's]
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    /// suffixes, with or without iB: KiB, MiB, GiB) [default: the workload's]
+    #[arg(long, value_name = "BYTES", value_parser = Scaled::<usize>::bytes(1, MAX_BLOCK_SIZE as u64))]
     pub min: Option<usize>,
 
     /// Largest block size in bytes for every selected workload (K, M, G
     /// suffixes) [default: the workload's]
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", value_parser = Scaled::<usize>::bytes(1, MAX_BLOCK_SIZE as u64))]
     pub max: Option<usize>,
 
     /// Working-set slots per thread for every selected workload [default: the
     /// workload's]
-    #[arg(long, value_name = "SLOTS", value_parser = parse_count::<usize>)]
+    #[arg(long, value_name = "SLOTS", value_parser = Scaled::<usize>::count(1, MAX_WS))]
     pub ws: Option<usize>,
 
-    /// Iterations per thread for every selected workload (k, M suffixes:
-    /// 10^3, 10^6) [default: the workload's]
-    #[arg(long, value_name = "N", value_parser = parse_count::<u64>)]
+    /// Iterations per thread for every selected workload (k, M, G suffixes:
+    /// 10^3, 10^6, 10^9) [default: the workload's]
+    #[arg(long, value_name = "N", value_parser = Scaled::<u64>::count(1, MAX_ITERS))]
     pub iters: Option<u64>,
 
     /// Seed of the size and slot choices (the same for every allocator)
@@ -91,7 +100,12 @@ pub struct Cli {
     /// producer/consumer pairs for prodcons and pacing; a comma-separated
     /// list runs each count and prints a scaling table [default: 2, churn 10;
     /// with --scaling 1,2,4,8,16]
-    #[arg(long, value_name = "N[,N...]", value_delimiter = ',', value_parser = parse_count::<usize>)]
+    #[arg(
+        long,
+        value_name = "N[,N...]",
+        value_delimiter = ',',
+        value_parser = clap::value_parser!(u64).range(1..=MAX_THREADS).try_map(usize::try_from)
+    )]
     pub threads: Vec<usize>,
 
     /// Thread scaling: run the workloads (default mt-mixed, larson,
@@ -107,12 +121,24 @@ pub struct Cli {
     pub allocators: Vec<&'static [Allocator]>,
 
     /// Runs of each workload and allocator; the median is reported
-    #[arg(long, value_name = "N", default_value_t = 5)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 5,
+        value_parser = clap::value_parser!(u64).range(1..=MAX_REPS).try_map(usize::try_from)
+    )]
     pub reps: usize,
 
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+
+    /// Also draw the results as bar charts into FILE: SVG or PNG by its
+    /// extension (.svg, .png); may be given more than once. One chart per
+    /// table (with --scaling, one per workload), each with two panels:
+    /// throughput relative to the system allocator and peak RSS
+    #[arg(long, value_name = "FILE", value_parser = PlotFileParser)]
+    pub plot: Vec<PlotFile>,
 
     /// Run the workloads as a C program (c/bench.c, compiled with $CC or cc)
     /// under LD_PRELOAD instead of through GlobalAlloc. hakmem's library is
@@ -122,7 +148,7 @@ pub struct Cli {
     pub preload: bool,
 
     /// Kill a run that takes longer than this and report it as failed
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: u64,
 
     /// Internal: run one workload against ALLOCATOR in this process and
@@ -162,6 +188,8 @@ pub struct Plan {
     pub allocators: Vec<Allocator>,
     pub reps: usize,
     pub format: Format,
+    /// The files to draw the results into.
+    pub plots: Vec<PlotFile>,
     pub timeout: Duration,
 }
 
@@ -172,9 +200,10 @@ pub const SCALING_WORKLOADS: &[&str] = &["mt-mixed", "larson", "prodcons"];
 pub const SCALING_THREADS: &[usize] = &[1, 2, 4, 8, 16];
 
 /// Upper bounds that catch typos before they turn into hours or gigabytes.
-const MAX_THREADS: usize = 1024;
-const MAX_WS: usize = 1 << 24;
-const MAX_REPS: usize = 1000;
+const MAX_THREADS: u64 = 1024;
+const MAX_WS: u64 = 1 << 24;
+const MAX_REPS: u64 = 1000;
+const MAX_ITERS: u64 = 1 << 40;
 
 /// The clap command, with the workload list appended to `--help`.
 pub fn command() -> clap::Command {
@@ -260,81 +289,131 @@ fn parse_allocator(name: &str) -> Result<Allocator, String> {
     })
 }
 
-/// Splits a trailing multiplier off `s`: the longest matching suffix wins.
-fn split_multiplier<'a>(s: &'a str, suffixes: &[(&str, u64)]) -> (&'a str, u64) {
-    suffixes
-        .iter()
-        .filter(|(suffix, _)| s.len() > suffix.len() && s.ends_with(suffix))
-        .max_by_key(|(suffix, _)| suffix.len())
-        .map_or((s, 1), |&(suffix, multiplier)| {
-            (&s[..s.len() - suffix.len()], multiplier)
-        })
+/// A clap value parser for a number that may carry a unit suffix, checked
+/// against an inclusive range: sizes in bytes (`64K`, `4MiB`: binary units)
+/// or counts (`200k`, `2M`: decimal). The `parse-size` crate reads the
+/// number (digits, `_` separators, a fraction before a suffix: `1.5M`).
+#[derive(Clone)]
+pub struct Scaled<T> {
+    config: Config,
+    /// What the value is, for the error message.
+    what: &'static str,
+    examples: &'static str,
+    min: u64,
+    max: u64,
+    into: PhantomData<fn() -> T>,
 }
 
-fn parse_scaled(s: &str, suffixes: &[(&str, u64)]) -> Option<u64> {
-    let (digits, multiplier) = split_multiplier(s.trim(), suffixes);
-    let digits = digits.replace('_', "");
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+impl<T> Scaled<T> {
+    /// Bytes: `1024`, `64K`, `64KiB`, `4M`, `1G` (powers of 1024).
+    pub fn bytes(min: u64, max: u64) -> Scaled<T> {
+        Scaled {
+            config: Config::new().with_binary(),
+            what: "a size in bytes",
+            examples: "1024, 64K, 4MiB",
+            min,
+            max,
+            into: PhantomData,
+        }
     }
-    digits.parse::<u64>().ok()?.checked_mul(multiplier)
+
+    /// A count: `400`, `200k`, `2M`, `2_000_000` (powers of 1000).
+    pub fn count(min: u64, max: u64) -> Scaled<T> {
+        Scaled {
+            config: Config::new().with_byte_suffix(ByteSuffix::Deny),
+            what: "a count",
+            examples: "400, 200k, 2M",
+            min,
+            max,
+            into: PhantomData,
+        }
+    }
+
+    /// The number `text` stands for, or why it is not one in range.
+    fn value(&self, text: &str) -> Result<u64, String> {
+        let n = self
+            .config
+            .parse_size(text)
+            .map_err(|e| format!("{e}: expected {} such as {}", self.what, self.examples))?;
+        if (self.min..=self.max).contains(&n) {
+            Ok(n)
+        } else {
+            Err(format!("{n} is not in {}..={}", self.min, self.max))
+        }
+    }
 }
 
-/// Bytes, with an optional binary suffix: `64K`, `4M`, `64KiB`, `1G`.
-fn parse_size(s: &str) -> Result<usize, String> {
-    const SUFFIXES: &[(&str, u64)] = &[
-        ("K", 1 << 10),
-        ("k", 1 << 10),
-        ("KiB", 1 << 10),
-        ("M", 1 << 20),
-        ("MiB", 1 << 20),
-        ("G", 1 << 30),
-        ("GiB", 1 << 30),
-    ];
-    parse_scaled(s, SUFFIXES)
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| format!("'{s}' is not a size in bytes (e.g. 1024, 64K, 4M)"))
+impl<T: TryFrom<u64> + Clone + Send + Sync + 'static> TypedValueParser for Scaled<T> {
+    type Value = T;
+
+    fn parse_ref(&self, cmd: &clap::Command, arg: Option<&clap::Arg>, value: &OsStr) -> Result<T, clap::Error> {
+        let text = value.to_string_lossy();
+        self.value(&text)
+            .and_then(|n| T::try_from(n).map_err(|_| format!("{n} does not fit this machine's integers")))
+            .map_err(|reason| invalid_value(cmd, arg, &text, &reason))
+    }
 }
 
-/// A count, with an optional decimal suffix: `200k`, `2M`, `2_000_000`.
-fn parse_count<T: TryFrom<u64>>(s: &str) -> Result<T, String> {
-    const SUFFIXES: &[(&str, u64)] = &[("k", 1_000), ("K", 1_000), ("M", 1_000_000)];
-    parse_scaled(s, SUFFIXES)
-        .and_then(|n| T::try_from(n).ok())
-        .ok_or_else(|| format!("'{s}' is not a count (e.g. 400, 200k, 2M)"))
+/// clap's own wording for a bad value, with our reason.
+fn invalid_value(cmd: &clap::Command, arg: Option<&clap::Arg>, value: &str, reason: &str) -> clap::Error {
+    let arg = arg.map_or_else(|| "...".to_string(), ToString::to_string);
+    cmd.clone().error(
+        ErrorKind::ValueValidation,
+        format!("invalid value '{value}' for '{arg}': {reason}"),
+    )
+}
+
+/// The kinds of picture `--plot` draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlotFormat {
+    Svg,
+    Png,
+}
+
+/// A file named by `--plot`, with the format its extension asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlotFile {
+    pub path: PathBuf,
+    pub format: PlotFormat,
+}
+
+/// Reads `--plot FILE`: the extension picks the format, and the folder must
+/// exist (checked now, not after minutes of runs).
+#[derive(Clone, Copy, Debug)]
+struct PlotFileParser;
+
+impl TypedValueParser for PlotFileParser {
+    type Value = PlotFile;
+
+    fn parse_ref(&self, cmd: &clap::Command, arg: Option<&clap::Arg>, value: &OsStr) -> Result<PlotFile, clap::Error> {
+        let path = PathBuf::from(value);
+        let text = value.to_string_lossy();
+        let extension = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase());
+        let format = match extension.as_deref() {
+            Some("svg") => PlotFormat::Svg,
+            Some("png") => PlotFormat::Png,
+            _ => return Err(invalid_value(cmd, arg, &text, "the file name must end in .svg or .png")),
+        };
+        let folder = match path.parent() {
+            Some(folder) if !folder.as_os_str().is_empty() => folder,
+            _ => std::path::Path::new("."),
+        };
+        if !folder.is_dir() {
+            let reason = format!("there is no folder {}", folder.display());
+            return Err(invalid_value(cmd, arg, &text, &reason));
+        }
+        Ok(PlotFile { path, format })
+    }
 }
 
 impl Cli {
     /// Resolves and checks the request. The error is a one-line message for
     /// the user, naming the offending option.
     pub fn plan(&self) -> Result<Plan, String> {
-        if self.reps == 0 || self.reps > MAX_REPS {
-            return Err(format!("--reps must be between 1 and {MAX_REPS}"));
-        }
-        if self.threads.iter().any(|&t| t == 0 || t > MAX_THREADS) {
-            return Err(format!("--threads must be between 1 and {MAX_THREADS}"));
-        }
-        if self.timeout == 0 {
-            return Err("--timeout must be at least 1 second".into());
-        }
-        if self.min == Some(0) {
-            return Err("--min must be at least 1 (a zero-size allocation is not a workload)".into());
-        }
-        for (option, value) in [("--min", self.min), ("--max", self.max)] {
-            if value.is_some_and(|v| v > MAX_BLOCK_SIZE) {
-                return Err(format!("{option} must be at most {MAX_BLOCK_SIZE} (1 GiB)"));
-            }
-        }
-        if self.ws.is_some_and(|ws| ws == 0 || ws > MAX_WS) {
-            return Err(format!("--ws must be between 1 and {MAX_WS}"));
-        }
-        if self.iters == Some(0) {
-            return Err("--iters must be at least 1".into());
-        }
-
         let jobs = self.jobs()?;
         let mode = match (self.child, self.preload) {
             (Some(_), true) => return Err("--child cannot be combined with --preload".into()),
+            (Some(_), false) if !self.plot.is_empty() => return Err("--child cannot be combined with --plot".into()),
             (Some(allocator), false) if !allocator.runs_in_process() => {
                 return Err(format!("allocator '{allocator}' is available only with --preload"))
             }
@@ -373,6 +452,7 @@ impl Cli {
             allocators,
             reps: self.reps,
             format: self.format,
+            plots: self.plot.clone(),
             timeout: Duration::from_secs(self.timeout),
         })
     }
@@ -643,35 +723,107 @@ mod tests {
         assert_eq!(jobs_of(&plan, "prodcons")[0].params.threads, 8, "four pairs");
     }
 
+    /// What `--min`/`--max` and `--iters`/`--ws` make of `text`.
+    fn parsed(text: &str) -> (Result<usize, String>, Result<u64, String>) {
+        let size = try_parse_from(["hakmem-bench", "--max", text])
+            .map(|cli| cli.max.unwrap())
+            .map_err(|e| e.to_string());
+        let count = try_parse_from(["hakmem-bench", "--iters", text])
+            .map(|cli| cli.iters.unwrap())
+            .map_err(|e| e.to_string());
+        (size, count)
+    }
+
     #[test]
     fn sizes_and_counts_accept_suffixes() {
-        assert_eq!(parse_size("64K"), Ok(65536));
-        assert_eq!(parse_size("64KiB"), Ok(65536));
-        assert_eq!(parse_size("4M"), Ok(4 << 20));
-        assert_eq!(parse_size("1_024"), Ok(1024));
-        assert_eq!(parse_count::<u64>("2M"), Ok(2_000_000));
-        assert_eq!(parse_count::<u64>("200k"), Ok(200_000));
-        assert_eq!(parse_count::<u64>("2_000_000"), Ok(2_000_000));
-        for bad in ["", "K", "-1", "1.5M", "12x", "99999999999999999999", "0x10"] {
-            assert!(parse_size(bad).is_err(), "{bad:?}");
-            assert!(parse_count::<u64>(bad).is_err(), "{bad:?}");
+        for (text, size, count) in [
+            ("64K", 65536, 64_000),
+            ("4M", 4 << 20, 4_000_000),
+            ("1_024", 1024, 1024),
+            ("200k", 200 << 10, 200_000),
+            ("2_000_000", 2_000_000, 2_000_000),
+            ("1.5M", 3 << 19, 1_500_000),
+            ("1G", 1 << 30, 1_000_000_000),
+        ] {
+            assert_eq!(parsed(text), (Ok(size), Ok(count)), "{text}");
+        }
+        assert_eq!(parsed("64KiB").0, Ok(65536));
+        assert_eq!(parsed("64KB").0, Ok(65536), "a size's units are binary");
+        assert!(parsed("2MB").1.is_err(), "a count is not in bytes");
+        for bad in ["", "K", "-1", "12x", "99999999999999999999", "0x10", "0", "2G"] {
+            let (size, count) = parsed(bad);
+            assert!(size.is_err(), "{bad:?}");
+            if bad != "2G" {
+                assert!(count.is_err(), "{bad:?}");
+            }
         }
     }
 
     #[test]
     fn usage_errors_are_rejected_by_clap() {
-        for args in [
-            &["--workloads", "nope"][..],
-            &["--allocators", "ptmalloc"],
-            &["--threads", "1,x"],
-            &["--format", "xml"],
-            &["--iters", "lots"],
-            &["--reps"],
-            &["--frobnicate"],
-        ] {
+        let cases: &[(&[&str], &str)] = &[
+            (&["--workloads", "nope"], "unknown workload 'nope'"),
+            (&["--allocators", "ptmalloc"], "unknown allocator 'ptmalloc'"),
+            (&["--threads", "1,x"], "invalid value 'x' for '--threads"),
+            (&["--format", "xml"], "invalid value 'xml'"),
+            (
+                &["--iters", "lots"],
+                "invalid value 'lots' for '--iters <N>': invalid digit",
+            ),
+            (&["--reps"], "a value is required"),
+            (&["--frobnicate"], "unexpected argument"),
+            // The ranges, checked by the value parsers.
+            (
+                &["--min", "0"],
+                "invalid value '0' for '--min <BYTES>': 0 is not in 1..=1073741824",
+            ),
+            (
+                &["--max", "2G"],
+                "invalid value '2G' for '--max <BYTES>': 2147483648 is not in 1..=",
+            ),
+            (&["--ws", "0"], "invalid value '0' for '--ws <SLOTS>'"),
+            (&["--ws", "100M"], "100000000 is not in 1..=16777216"),
+            (&["--iters", "0"], "invalid value '0' for '--iters <N>'"),
+            (&["--threads", "0"], "0 is not in 1..=1024"),
+            (&["--threads", "2,2000"], "2000 is not in 1..=1024"),
+            (&["--reps", "0"], "0 is not in 1..=1000"),
+            (&["--timeout", "0"], "0 is not in 1.."),
+            (
+                &["--plot", "out.pdf"],
+                "invalid value 'out.pdf' for '--plot <FILE>': the file name must end in .svg or .png",
+            ),
+            (&["--plot", "/nonexistent/out.svg"], "there is no folder /nonexistent"),
+        ];
+        for (args, expected) in cases {
             let err = try_parse_from(std::iter::once("hakmem-bench").chain(args.iter().copied())).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
+            let message = err.to_string();
+            assert!(
+                message.contains(expected),
+                "{args:?}: got {message:?}, expected {expected:?}"
+            );
         }
+    }
+
+    #[test]
+    fn plot_files_take_their_format_from_the_extension() {
+        let plan = plan(&["--plot", "a.svg", "--plot", "b.PNG"]).unwrap();
+        assert_eq!(
+            plan.plots,
+            [
+                PlotFile {
+                    path: "a.svg".into(),
+                    format: PlotFormat::Svg
+                },
+                PlotFile {
+                    path: "b.PNG".into(),
+                    format: PlotFormat::Png
+                }
+            ]
+        );
+        assert!(super::tests::plan(&[]).unwrap().plots.is_empty());
+        let err = super::tests::plan(&["--child", "system", "--workloads", "c7", "--plot", "a.svg"]).unwrap_err();
+        assert!(err.contains("--plot"), "{err}");
     }
 
     #[test]
@@ -691,18 +843,10 @@ mod tests {
                 "--min (2048) is larger than --max (1024)",
             ),
             (&["--min", "2K", "--workloads", "c4"], "workload c4: --min"),
-            (&["--min", "0"], "--min must be at least 1"),
-            (&["--max", "2G"], "--max must be at most"),
-            (&["--ws", "0"], "--ws"),
-            (&["--iters", "0"], "--iters"),
-            (&["--threads", "0"], "--threads"),
-            (&["--threads", "2,2000"], "--threads"),
             (
                 &["--workloads", "churn", "--min", "16"],
                 "workload churn: --min must be at least 24",
             ),
-            (&["--reps", "0"], "--reps"),
-            (&["--timeout", "0"], "--timeout"),
             (&["--allocators", "tcmalloc"], "only with --preload"),
         ];
         for (args, expected) in cases {

@@ -1,7 +1,8 @@
 //! mimalloc v2 and v3 built from source (`build.rs`): the two shared
-//! libraries, embedded in this binary and written to the scratch folder on
-//! first use, and `DlMimalloc`, a `GlobalAlloc` over one of them loaded with
-//! `dlopen`.
+//! libraries, embedded in this binary and written to the scratch folder for
+//! `--preload`, and `DlMimalloc`, a `GlobalAlloc` over one of them loaded
+//! with `dlopen` from an anonymous in-memory file (`memfd_create`), so that
+//! the in-process comparator loads nothing from the file system at all.
 //!
 //! Why `dlopen`: the `mimalloc` crate (linked here statically, and with
 //! `libmimalloc-sys` 0.1.49 that is mimalloc v3) builds one version per
@@ -56,10 +57,10 @@ impl Version {
     }
 }
 
-/// The library of `version` in the scratch folder of an executable in
-/// `exe_dir`, written out if missing or different.
-pub fn library(version: Version, exe_dir: &Path) -> Result<PathBuf, String> {
-    scratch::write_file(&scratch::dir(exe_dir)?, version.file_name(), version.bytes())
+/// The library of `version` in the scratch folder `dir`, written out if
+/// missing, different or not trusted.
+pub fn library(version: Version, dir: &Path) -> Result<PathBuf, String> {
+    scratch::write_file(dir, version.file_name(), version.bytes())
 }
 
 type MallocAligned = unsafe extern "C" fn(size: usize, alignment: usize) -> *mut c_void;
@@ -83,6 +84,29 @@ pub struct DlMimalloc {
 }
 
 impl DlMimalloc {
+    /// Loads the embedded library of `version` from an anonymous in-memory
+    /// file: nothing is written to, or loaded from, a path another process
+    /// could change.
+    ///
+    /// The file descriptor stays open for the life of the process, like the
+    /// library: `dlopen` recognises a library it has loaded by its path
+    /// (`/proc/self/fd/N`) before it looks at the file, so a number used
+    /// again for another version would give back the first one.
+    pub fn load(version: Version) -> Result<DlMimalloc, String> {
+        // SAFETY: the name is a NUL-terminated string; the flag is valid.
+        let fd = unsafe { libc::memfd_create(c"hakmem-bench-mimalloc".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: fd was just created by memfd_create and is owned by nothing
+        // else.
+        let mut file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        std::io::Write::write_all(&mut file, version.bytes())
+            .map_err(|e| format!("cannot write {} to memory: {e}", version.file_name()))?;
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(file);
+        DlMimalloc::open(Path::new(&format!("/proc/self/fd/{fd}")), version.major())
+    }
+
     /// Loads the library at `path` (`RTLD_NOW | RTLD_LOCAL`) and checks that
     /// it is mimalloc of major version `major`.
     pub fn open(path: &Path, major: c_int) -> Result<DlMimalloc, String> {
@@ -193,15 +217,11 @@ unsafe impl GlobalAlloc for DlMimalloc {
 mod tests {
     use super::*;
 
-    fn test_dir() -> PathBuf {
-        std::env::temp_dir().join(format!("hakmem-bench-dl-{}", scratch::unique()))
-    }
-
     #[test]
     fn embedded_libraries_load_and_report_their_version() {
-        let dir = test_dir();
+        let dir = tempfile::tempdir().unwrap();
         for version in [Version::V2, Version::V3] {
-            let path = library(version, &dir).unwrap();
+            let path = library(version, dir.path()).unwrap();
             assert_eq!(path.file_name().unwrap(), version.file_name());
             let dl = DlMimalloc::open(&path, version.major()).unwrap();
             assert_eq!(dl.version / 10000, version.major(), "{}", version_string(dl.version));
@@ -216,14 +236,15 @@ mod tests {
             let other = if version == Version::V2 { 3 } else { 2 };
             let err = DlMimalloc::open(&path, other).err().unwrap();
             assert!(err.contains(&format!("not version {other}")), "{err}");
+            // The same library from memory.
+            let loaded = DlMimalloc::load(version).unwrap();
+            assert_eq!(loaded.version / 10000, version.major());
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn dl_mimalloc_allocates_zeroes_reallocates_and_frees() {
-        let dir = test_dir();
-        let dl = DlMimalloc::open(&library(Version::V2, &dir).unwrap(), 2).unwrap();
+        let dl = DlMimalloc::load(Version::V2).unwrap();
         // SAFETY: valid non-zero layouts; every block is freed once, with dl.
         unsafe {
             let layout = Layout::from_size_align(100, 64).unwrap();
@@ -236,7 +257,6 @@ mod tests {
             assert_eq!(q.read(), 0xAB);
             dl.dealloc(q, Layout::from_size_align(100_000, 64).unwrap());
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

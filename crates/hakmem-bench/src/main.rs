@@ -4,13 +4,15 @@
 //!
 //! `cargo run --release -p hakmem-bench` runs the default table; `--help`
 //! lists the workloads and options. The layers, top-down: `cli` (options →
-//! plan), `runner` (children, interleaving, the result line), `report`
-//! (medians, ratios, output, the scaling table), `workloads` (the kernels,
-//! generic over `GlobalAlloc`) with `rng`, `allocators` (names → allocator
-//! values), `dlmimalloc` (the mimalloc v2 and v3 libraries `build.rs`
-//! compiles, and a `GlobalAlloc` over a `dlopen`ed one), `preload` (the C
-//! program and the libraries it runs under) and `scratch` (where the C
-//! program and the libraries are written out).
+//! plan), `runner` (children, interleaving, the result line) with
+//! `progress` (the line on stderr), `report` (medians, ratios, the table,
+//! CSV and JSON, the scaling table), `plot` (the same results as SVG bar
+//! charts) with `raster` (that SVG painted into a PNG), `workloads` (the
+//! kernels, generic over `GlobalAlloc`) with `rng`, `allocators` (names →
+//! allocator values), `dlmimalloc` (the mimalloc v2 and v3 libraries
+//! `build.rs` compiles, and a `GlobalAlloc` over a `dlopen`ed one),
+//! `preload` (the C program and the libraries it runs under) and `scratch`
+//! (the private folder they are written to).
 //!
 //! This binary keeps the system allocator as its own global allocator: the
 //! allocators under test are only ever called explicitly by the workloads.
@@ -20,7 +22,10 @@
 mod allocators;
 mod cli;
 mod dlmimalloc;
+mod plot;
 mod preload;
+mod progress;
+mod raster;
 mod report;
 mod rng;
 mod runner;
@@ -59,7 +64,9 @@ fn main() -> ExitCode {
             finish(&plan, &cells, &[])
         }
         Mode::Preload => match preload_setup(&mut plan) {
-            Ok((binary, libraries, notes)) => {
+            // `_scratch` holds the folder (removed at its drop when private)
+            // until the last run is over.
+            Ok((_scratch, binary, libraries, notes)) => {
                 let cells = runner::run_plan(&plan, |job, allocator| {
                     let library = libraries
                         .iter()
@@ -78,12 +85,15 @@ type Libraries = Vec<(allocators::Allocator, Option<std::path::PathBuf>)>;
 
 /// Builds the C program and finds the libraries; drops (with a note) the
 /// allocators whose library is missing.
-fn preload_setup(plan: &mut cli::Plan) -> Result<(std::path::PathBuf, Libraries, Vec<String>), String> {
+fn preload_setup(
+    plan: &mut cli::Plan,
+) -> Result<(scratch::Scratch, std::path::PathBuf, Libraries, Vec<String>), String> {
     let exe_dir = scratch::exe_dir()?;
-    let binary = preload::build(&exe_dir)?;
+    let scratch = scratch::Scratch::new(&exe_dir)?;
+    let binary = preload::build(scratch.path())?;
     let (mut libraries, mut notes) = (Vec::new(), Vec::new());
-    plan.allocators
-        .retain(|&allocator| match preload::library(allocator, &exe_dir) {
+    plan.allocators.retain(
+        |&allocator| match preload::library(allocator, &exe_dir, scratch.path()) {
             Ok(library) => {
                 libraries.push((allocator, library));
                 true
@@ -93,17 +103,25 @@ fn preload_setup(plan: &mut cli::Plan) -> Result<(std::path::PathBuf, Libraries,
                 notes.push(note);
                 false
             }
-        });
+        },
+    );
     if plan.allocators.is_empty() {
         return Err("no allocator left to run".into());
     }
-    Ok((binary, libraries, notes))
+    Ok((scratch, binary, libraries, notes))
 }
 
-/// Prints the results; fails the process when any run failed.
+/// Prints the results and draws the plots; fails the process when any run
+/// failed or a plot could not be written.
 fn finish(plan: &cli::Plan, cells: &[runner::Cell], notes: &[String]) -> ExitCode {
     let rows = report::rows(plan, cells);
     print!("{}", report::render(plan, &rows, notes));
+    if let Err(message) = plot::write_all(plan, &rows) {
+        return fail(&message);
+    }
+    for plot in &plan.plots {
+        eprintln!("hakmem-bench: plot written to {}", plot.path.display());
+    }
     if rows.iter().any(|r| r.failure.is_some()) {
         eprintln!("hakmem-bench: some runs failed (marked in the results)");
         ExitCode::FAILURE

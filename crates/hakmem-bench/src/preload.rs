@@ -4,15 +4,18 @@
 //! `build.rs` compiles, embedded in this binary), Debian's mimalloc 2.0.9,
 //! jemalloc and tcmalloc, and hakmem's `libhakmem.so` from the build tree.
 //!
-//! The program is compiled on first use with `$CC` (default `cc`) into the
-//! scratch folder (`hakmem-bench-c/` beside this executable, see `scratch`)
-//! and recompiled when the embedded source changes; the mimalloc libraries
-//! are written there too.
+//! The program is compiled with `$CC` (default `cc`) into the scratch
+//! folder (see `scratch`: `hakmem-bench-c/` beside this executable when that
+//! is ours alone, else a private temporary directory) under a name that
+//! hashes its source, compiler and flags, so a changed source or `$CC` gets
+//! a binary of its own and an unchanged one is reused; the mimalloc
+//! libraries are written there too.
 
 use crate::allocators::Allocator;
 use crate::cli::Job;
 use crate::dlmimalloc;
 use crate::scratch;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -38,56 +41,55 @@ const SYSTEM_LIBRARY_DIR: &str = "/usr/lib/x86_64-linux-gnu";
 /// hakmem's C-ABI library, as `cargo build -p hakmem-ffi` names it.
 const HAKMEM_LIBRARY: &str = "libhakmem.so";
 
-/// Compiles the C benchmark if needed and returns its path.
-pub fn build(exe_dir: &Path) -> Result<PathBuf, String> {
-    let dir = scratch::dir(exe_dir)?;
-    let source = dir.join("bench.c");
-    let binary = dir.join("bench");
-    let up_to_date = binary.exists() && std::fs::read_to_string(&source).is_ok_and(|s| s == SOURCE);
-    if up_to_date {
+/// Compiles the C benchmark into the scratch folder `dir` unless a trusted
+/// build of the same source, compiler and flags is there, and returns its
+/// path.
+pub fn build(dir: &Path) -> Result<PathBuf, String> {
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut key = DefaultHasher::new();
+    (SOURCE, &compiler, CFLAGS).hash(&mut key);
+    let name = format!("bench-{:016x}", key.finish());
+    let binary = dir.join(&name);
+    if scratch::trusted_file(&binary) {
         return Ok(binary);
     }
     // Build under names of our own and rename into place, so that two
     // instances never see each other's half-written files.
     let unique = scratch::unique();
-    let temp_source = dir.join(format!("bench.{unique}.c"));
-    let temp_binary = dir.join(format!("bench.{unique}"));
+    let temp_source = dir.join(format!(".bench.{unique}.c"));
+    let temp_binary = dir.join(format!(".bench.{unique}"));
     std::fs::write(&temp_source, SOURCE).map_err(|e| format!("cannot write {}: {e}", temp_source.display()))?;
-    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let output = Command::new(&compiler)
         .args(CFLAGS)
         .arg("-o")
         .arg(&temp_binary)
         .arg(&temp_source)
         .arg("-ldl")
-        .output()
-        .map_err(|e| format!("cannot run the C compiler '{compiler}' (set CC to choose another): {e}"));
-    let output = match output {
-        Ok(output) => output,
-        Err(e) => {
-            let _ = std::fs::remove_file(&temp_source);
-            return Err(e);
-        }
-    };
+        .output();
+    let _ = std::fs::remove_file(&temp_source);
+    let output =
+        output.map_err(|e| format!("cannot run the C compiler '{compiler}' (set CC to choose another): {e}"))?;
     if !output.status.success() {
-        let _ = std::fs::remove_file(&temp_source);
+        let _ = std::fs::remove_file(&temp_binary);
         return Err(format!(
-            "compiling {} with '{compiler}' failed ({}):\n{}",
-            source.display(),
+            "compiling c/bench.c with '{compiler}' failed ({}):\n{}",
             output.status,
             String::from_utf8_lossy(&output.stderr)
         ));
     }
-    std::fs::rename(&temp_binary, &binary).map_err(|e| format!("cannot move {}: {e}", temp_binary.display()))?;
-    std::fs::rename(&temp_source, &source).map_err(|e| format!("cannot move {}: {e}", temp_source.display()))?;
+    // The compiler made it with the umask's mode, maybe group-writable.
+    scratch::make_private(&temp_binary)?;
+    scratch::rename(&temp_binary, &binary)?;
     Ok(binary)
 }
 
 /// The library to preload for `allocator`: `Ok(None)` for the system
 /// allocator, `Err` (a note for the user) when the library is missing.
-pub fn library(allocator: Allocator, exe_dir: &Path) -> Result<Option<PathBuf>, String> {
+/// hakmem's is looked for in `exe_dir`; the mimalloc builds are written to
+/// the scratch folder `scratch`.
+pub fn library(allocator: Allocator, exe_dir: &Path, scratch: &Path) -> Result<Option<PathBuf>, String> {
     if let Some(version) = allocator.mimalloc_build() {
-        return dlmimalloc::library(version, exe_dir)
+        return dlmimalloc::library(version, scratch)
             .map(Some)
             .map_err(|e| format!("{allocator} skipped: {e}"));
     }
@@ -107,11 +109,21 @@ pub fn library(allocator: Allocator, exe_dir: &Path) -> Result<Option<PathBuf>, 
             )
         }
     };
-    if path.is_file() {
-        Ok(Some(path))
-    } else {
-        Err(format!("{allocator} skipped: {} not found; {remedy}", path.display()))
+    if !path.is_file() {
+        return Err(format!("{allocator} skipped: {} not found; {remedy}", path.display()));
     }
+    // Beside the executable is the build tree, but the executable may have
+    // been copied anywhere (/tmp): preload nothing someone else could have
+    // put there or changed.
+    let folder = path.parent().unwrap_or(Path::new("/"));
+    if !scratch::trusted_file(&path) || !scratch::trusted_dir(folder) {
+        return Err(format!(
+            "{allocator} skipped: {} (or its folder) is owned by another user or writable by others; \
+             not preloading it",
+            path.display()
+        ));
+    }
+    Ok(Some(path))
 }
 
 /// The command for one run of `job` under `library` (`None`: glibc).
@@ -161,10 +173,32 @@ mod tests {
     #[test]
     fn system_needs_no_library_and_hakmem_names_its_build() {
         let dir = Path::new("/nonexistent");
-        assert_eq!(library(Allocator::System, dir), Ok(None));
-        let missing = library(Allocator::Hakmem, dir).unwrap_err();
+        assert_eq!(library(Allocator::System, dir, dir), Ok(None));
+        let missing = library(Allocator::Hakmem, dir, dir).unwrap_err();
         assert!(
             missing.contains("/nonexistent/libhakmem.so") && missing.contains("cargo build --release -p hakmem-ffi")
+        );
+        // Found, but others may have written it: not preloaded.
+        let exe_dir = tempfile::tempdir().unwrap();
+        scratch::make_private(exe_dir.path()).unwrap();
+        let hakmem = exe_dir.path().join(HAKMEM_LIBRARY);
+        std::fs::write(&hakmem, b"not really a library").unwrap();
+        scratch::make_private(&hakmem).unwrap();
+        assert_eq!(
+            library(Allocator::Hakmem, exe_dir.path(), dir),
+            Ok(Some(hakmem.clone()))
+        );
+        let set_mode = |path: &Path, mode| {
+            std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap()
+        };
+        set_mode(&hakmem, 0o666);
+        let refused = library(Allocator::Hakmem, exe_dir.path(), dir).unwrap_err();
+        assert!(refused.contains("writable by others"), "{refused}");
+        set_mode(&hakmem, 0o700);
+        set_mode(exe_dir.path(), 0o1777);
+        assert!(
+            library(Allocator::Hakmem, exe_dir.path(), dir).is_err(),
+            "a folder like /tmp"
         );
     }
 
@@ -180,8 +214,9 @@ mod tests {
             eprintln!("skipped: no C compiler");
             return;
         }
-        let dir = std::env::temp_dir().join(format!("hakmem-bench-test-{}", std::process::id()));
-        let binary = build(&dir).expect("compile c/bench.c");
+        let dir = tempfile::tempdir().unwrap();
+        let binary = build(dir.path()).expect("compile c/bench.c");
+        assert!(scratch::trusted_file(&binary));
         let iters = 3_000;
         for (kernel, expected_ops) in [
             (Kernel::Mixed, iters),
@@ -229,7 +264,9 @@ mod tests {
         );
         assert_eq!(run.result.map(|s| s.ops), Ok(4 * iters), "{}", run.stderr);
         // Same binary reused when nothing changed.
-        assert_eq!(build(&dir).unwrap(), binary);
+        let modified = std::fs::metadata(&binary).unwrap().modified().unwrap();
+        assert_eq!(build(dir.path()).unwrap(), binary);
+        assert_eq!(std::fs::metadata(&binary).unwrap().modified().unwrap(), modified);
         // A bad argument is a usage error, and a missing preload is caught.
         let mut bad = command(&binary, None, &job("mixed", Kernel::Mixed, 10), Allocator::System);
         bad.arg("extra");
@@ -259,7 +296,6 @@ mod tests {
             .result,
             Err(crate::runner::Failure::Exit(2))
         );
-        let _ = std::fs::remove_dir_all(&dir);
         assert!(PRESETS
             .iter()
             .all(|p| SOURCE.contains(&format!("\"{}\"", p.kernel.name()))));
@@ -278,15 +314,13 @@ mod tests {
             eprintln!("skipped: no C compiler");
             return;
         }
-        let dir = std::env::temp_dir().join(format!("hakmem-bench-test-mi-{}", scratch::unique()));
-        let binary = build(&dir).expect("compile c/bench.c");
+        let dir = tempfile::tempdir().unwrap();
+        let binary = build(dir.path()).expect("compile c/bench.c");
         for allocator in [Allocator::Mimalloc2, Allocator::Mimalloc3] {
-            let library = library(allocator, &dir).unwrap().expect("a library to preload");
-            assert!(
-                library.starts_with(scratch::dir(&dir).unwrap()),
-                "{}",
-                library.display()
-            );
+            let library = library(allocator, Path::new("/nonexistent"), dir.path())
+                .unwrap()
+                .expect("a library to preload");
+            assert!(library.starts_with(dir.path()), "{}", library.display());
             for (kernel, min, max, ws, iters, threads, expected_ops) in [
                 (Kernel::Larson, 16, 1024, 64, 2_000, 2, None),
                 (Kernel::Huge, 1 << 20, 3 << 20, 3, 20, 1, Some(40)),
@@ -317,6 +351,5 @@ mod tests {
                 }
             }
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,6 +1,7 @@
 //! From runs to results: medians, ratios of medians, and the three output
-//! formats (table, CSV, JSON written by hand), plus the scaling table (one
-//! column per thread count) when the plan asks for several counts.
+//! formats (table; CSV and JSON through serde, one `Record` per row), plus
+//! the scaling table (one column per thread count) when the plan asks for
+//! several counts. `plot` draws the same rows.
 //!
 //! Per job (workload at one thread count) and allocator: throughput is the
 //! median over the successful runs of `ops / elapsed`; ns/op is its inverse
@@ -14,6 +15,7 @@
 use crate::allocators::{Allocator, MIMALLOC};
 use crate::cli::{Format, Job, Mode, Plan};
 use crate::runner::{Cell, Sample};
+use serde::Serialize;
 use std::fmt::Write as _;
 
 /// The median of `values` (the mean of the middle two for an even count),
@@ -163,18 +165,29 @@ fn size(bytes: usize) -> String {
     }
 }
 
-/// The first line of a table.
-fn title(plan: &Plan) -> String {
+/// What was measured, in one line: `hakmem-bench: GlobalAlloc, identical
+/// loop per allocator; median of 5 runs; seed 1`. The first line of a table
+/// and of a plot.
+pub fn headline(plan: &Plan) -> String {
     let how = match plan.mode {
         Mode::Preload => "C program under LD_PRELOAD",
         Mode::Compare | Mode::Child(_) => "GlobalAlloc, identical loop per allocator",
     };
     let scaling = if plan.scaling { "thread scaling; " } else { "" };
     let seed = plan.jobs.first().map_or(0, |j| j.params.seed);
+    let runs = if plan.reps == 1 {
+        "one run".to_string()
+    } else {
+        format!("median of {} runs", plan.reps)
+    };
+    format!("hakmem-bench: {scaling}{how}; {runs}; seed {seed}")
+}
+
+/// The first lines of a table.
+fn title(plan: &Plan) -> String {
     format!(
-        "hakmem-bench: {scaling}{how}; median of {} runs; seed {seed}\n\
-         vs mimalloc: against the faster of mimalloc2 and mimalloc3 in this run\n\n",
-        plan.reps
+        "{}\nvs mimalloc: against the faster of mimalloc2 and mimalloc3 in this run\n\n",
+        headline(plan)
     )
 }
 
@@ -325,119 +338,124 @@ fn scaling_table(plan: &Plan, rows: &[Row], notes: &[String]) -> String {
     out
 }
 
-const CSV_HEADER: &str = "workload,kernel,min,max,ws,iters,threads,seed,allocator,runs,ok_runs,mops,ns_per_op,peak_rss_mib,vs_mimalloc,vs_system,mops_per_thread,op,failure";
-
-fn csv(rows: &[Row]) -> String {
-    let mut out = format!("{CSV_HEADER}\n");
-    let number = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.4}"));
-    for row in rows {
-        let p = &row.job.params;
-        let failure = row
-            .failure
-            .as_deref()
-            .map_or_else(String::new, |f| format!("\"{}\"", f.replace('"', "\"\"")));
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{failure}",
-            row.job.workload,
-            p.kernel.name(),
-            p.min,
-            p.max,
-            p.ws,
-            p.iters,
-            p.threads,
-            p.seed,
-            row.allocator.name(),
-            row.runs,
-            row.samples.len(),
-            number(row.mops),
-            number(row.ns_per_op),
-            number(row.peak_rss_mib),
-            number(row.vs_mimalloc),
-            number(row.vs_system),
-            number(row.mops_per_thread),
-            p.kernel.op_unit(),
-        );
-    }
-    out
+/// One row of the CSV output, and the fields of one result in the JSON
+/// output (which adds its samples): one workload at one thread count against
+/// one allocator. The field names are the column names; a missing number
+/// (no successful run, no baseline) is an empty CSV field or JSON `null`.
+/// README.md lists the fields.
+#[derive(Debug, Serialize)]
+pub struct Record<'a> {
+    pub workload: &'a str,
+    pub kernel: &'a str,
+    pub min: usize,
+    pub max: usize,
+    pub ws: usize,
+    pub iters: u64,
+    pub threads: usize,
+    pub seed: u64,
+    pub allocator: &'a str,
+    pub runs: usize,
+    pub ok_runs: usize,
+    pub mops: Option<f64>,
+    pub ns_per_op: Option<f64>,
+    pub peak_rss_mib: Option<f64>,
+    pub vs_mimalloc: Option<f64>,
+    pub vs_system: Option<f64>,
+    pub mops_per_thread: Option<f64>,
+    /// What one operation is: `call`, or `thread` for churn.
+    pub op: &'a str,
+    pub failure: Option<&'a str>,
 }
 
-fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+impl<'a> Record<'a> {
+    fn of(row: &'a Row) -> Record<'a> {
+        let p = &row.job.params;
+        Record {
+            workload: row.job.workload,
+            kernel: p.kernel.name(),
+            min: p.min,
+            max: p.max,
+            ws: p.ws,
+            iters: p.iters,
+            threads: p.threads,
+            seed: p.seed,
+            allocator: row.allocator.name(),
+            runs: row.runs,
+            ok_runs: row.samples.len(),
+            mops: row.mops,
+            ns_per_op: row.ns_per_op,
+            peak_rss_mib: row.peak_rss_mib,
+            vs_mimalloc: row.vs_mimalloc,
+            vs_system: row.vs_system,
+            mops_per_thread: row.mops_per_thread,
+            op: p.kernel.op_unit(),
+            failure: row.failure.as_deref(),
         }
     }
-    out.push('"');
-    out
 }
 
-fn json_number(value: Option<f64>) -> String {
-    match value {
-        Some(v) if v.is_finite() => format!("{v}"),
-        _ => "null".into(),
+/// The JSON output: the invocation, every result with every run, the notes.
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    /// `rust` (GlobalAlloc) or `preload` (LD_PRELOAD).
+    mode: &'static str,
+    reps: usize,
+    /// Whether the table was the scaling table.
+    scaling: bool,
+    results: Vec<JsonResult<'a>>,
+    notes: &'a [String],
+}
+
+#[derive(Serialize)]
+struct JsonResult<'a> {
+    #[serde(flatten)]
+    record: Record<'a>,
+    samples: Vec<JsonSample>,
+}
+
+/// One successful run.
+#[derive(Serialize)]
+struct JsonSample {
+    ops: u64,
+    elapsed_ns: u64,
+    maxrss_kib: u64,
+}
+
+fn csv(rows: &[Row]) -> String {
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    for row in rows {
+        writer
+            .serialize(Record::of(row))
+            .expect("a record of numbers and strings serialises");
     }
+    let bytes = writer.into_inner().expect("writing to memory cannot fail");
+    String::from_utf8(bytes).expect("the fields are UTF-8")
 }
 
 fn json(plan: &Plan, rows: &[Row], notes: &[String]) -> String {
-    let mut out = format!(
-        "{{\n  \"mode\": {},\n  \"reps\": {},\n  \"results\": [",
-        json_string(mode_name(plan.mode)),
-        plan.reps
-    );
-    for (i, row) in rows.iter().enumerate() {
-        let p = &row.job.params;
-        let samples: Vec<String> = row
-            .samples
+    let report = JsonReport {
+        mode: mode_name(plan.mode),
+        reps: plan.reps,
+        scaling: plan.scaling,
+        results: rows
             .iter()
-            .map(|s| {
-                format!(
-                    "{{\"ops\": {}, \"elapsed_ns\": {}, \"maxrss_kib\": {}}}",
-                    s.ops, s.elapsed_ns, s.maxrss_kib
-                )
+            .map(|row| JsonResult {
+                record: Record::of(row),
+                samples: row
+                    .samples
+                    .iter()
+                    .map(|s| JsonSample {
+                        ops: s.ops,
+                        elapsed_ns: s.elapsed_ns,
+                        maxrss_kib: s.maxrss_kib,
+                    })
+                    .collect(),
             })
-            .collect();
-        let _ = write!(
-            out,
-            "{}\n    {{\"workload\": {}, \"kernel\": {}, \"min\": {}, \"max\": {}, \"ws\": {}, \"iters\": {}, \
-             \"threads\": {}, \"seed\": {}, \"allocator\": {}, \"runs\": {}, \"ok_runs\": {}, \"mops\": {}, \
-             \"ns_per_op\": {}, \"peak_rss_mib\": {}, \"vs_mimalloc\": {}, \"vs_system\": {}, \
-             \"mops_per_thread\": {}, \"op\": {}, \"failure\": {}, \"samples\": [{}]}}",
-            if i == 0 { "" } else { "," },
-            json_string(row.job.workload),
-            json_string(p.kernel.name()),
-            p.min,
-            p.max,
-            p.ws,
-            p.iters,
-            p.threads,
-            p.seed,
-            json_string(row.allocator.name()),
-            row.runs,
-            row.samples.len(),
-            json_number(row.mops),
-            json_number(row.ns_per_op),
-            json_number(row.peak_rss_mib),
-            json_number(row.vs_mimalloc),
-            json_number(row.vs_system),
-            json_number(row.mops_per_thread),
-            json_string(p.kernel.op_unit()),
-            row.failure.as_deref().map_or_else(|| "null".into(), json_string),
-            samples.join(", "),
-        );
-    }
-    let notes: Vec<String> = notes.iter().map(|n| json_string(n)).collect();
-    let _ = write!(out, "\n  ],\n  \"notes\": [{}]\n}}\n", notes.join(", "));
+            .collect(),
+        notes,
+    };
+    let mut out = serde_json::to_string_pretty(&report).expect("the report serialises");
+    out.push('\n');
     out
 }
 
@@ -592,35 +610,54 @@ mod tests {
     #[test]
     fn csv_has_one_parseable_row_per_cell() {
         let plan = plan("csv");
-        let out = render(&plan, &rows(&plan, &cells()), &[]);
-        let mut lines = out.lines();
-        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-        let rows: Vec<Vec<&str>> = lines.map(|l| l.splitn(header.len(), ',').collect()).collect();
+        let mut cells = cells();
+        // A failure whose message holds the CSV's delimiter and quotes.
+        cells[4].runs[0] = Err(Failure::BadOutput("a, \"b\"\nc".into()));
+        let out = render(&plan, &rows(&plan, &cells), &[]);
+        let mut reader = csv::Reader::from_reader(out.as_bytes());
+        let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
+        assert_eq!(header[..3], ["workload", "kernel", "min"]);
+        let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
         assert_eq!(rows.len(), 8);
-        let col = |name| header.iter().position(|h| *h == name).unwrap();
-        assert_eq!(rows[0][col("allocator")], "hakmem");
-        assert_eq!(rows[0][col("mops")].parse::<f64>().unwrap(), 30.0);
-        assert_eq!(rows[0][col("vs_mimalloc")].parse::<f64>().unwrap(), 1.5);
-        assert_eq!(rows[0][col("mops_per_thread")].parse::<f64>().unwrap(), 30.0);
-        assert_eq!(rows[0][col("op")], "call");
-        assert_eq!(rows[2][col("allocator")], "mimalloc2");
-        assert_eq!(rows[3][col("allocator")], "mimalloc3");
-        assert_eq!(rows[4][col("mops")], "");
-        assert_eq!(rows[4][col("ok_runs")], "0");
-        assert!(rows[4][col("failure")].starts_with("\"3/3 runs failed"));
+        let col = |name| header.iter().position(|h| h == name).unwrap();
+        assert_eq!(&rows[0][col("allocator")], "hakmem");
+        let number = |row: &csv::StringRecord, name| Some(row[col(name)].parse::<f64>().unwrap());
+        assert!(close(number(&rows[0], "mops"), 30.0));
+        assert!(close(number(&rows[0], "vs_mimalloc"), 1.5));
+        assert!(close(number(&rows[0], "mops_per_thread"), 30.0));
+        assert_eq!(&rows[0][col("op")], "call");
+        assert_eq!(&rows[0][col("failure")], "");
+        assert_eq!(&rows[2][col("allocator")], "mimalloc2");
+        assert_eq!(&rows[3][col("allocator")], "mimalloc3");
+        assert_eq!(&rows[4][col("mops")], "");
+        assert_eq!(&rows[4][col("ok_runs")], "0");
+        assert_eq!(
+            &rows[4][col("failure")],
+            "3/3 runs failed: bad output: a, \"b\"\nc",
+            "quoted and read back whole"
+        );
     }
 
     #[test]
-    fn json_is_balanced_and_carries_every_sample() {
+    fn json_parses_and_carries_every_sample() {
         let plan = plan("json");
         let out = render(&plan, &rows(&plan, &cells()), &["a \"quoted\" note".into()]);
-        assert_eq!(out.matches('{').count(), out.matches('}').count());
-        assert_eq!(out.matches('[').count(), out.matches(']').count());
-        assert_eq!(out.matches("\"workload\"").count(), 8);
-        assert_eq!(out.matches("\"elapsed_ns\"").count(), 3 + 2 + 3 + 3 + 3 + 3 + 2);
-        assert_eq!(out.matches("\"mops_per_thread\"").count(), 8);
-        assert!(out.contains("\"mops\": null") && out.contains("\"mode\": \"rust\""));
-        assert!(out.contains(r#""a \"quoted\" note""#));
+        let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(json["mode"], "rust");
+        assert_eq!(json["reps"], 3);
+        assert_eq!(json["scaling"], false);
+        assert_eq!(json["notes"], serde_json::json!(["a \"quoted\" note"]));
+        let results = json["results"].as_array().unwrap();
+        assert_eq!(results.len(), 8);
+        let samples: usize = results.iter().map(|r| r["samples"].as_array().unwrap().len()).sum();
+        assert_eq!(samples, 3 + 2 + 3 + 3 + 3 + 3 + 2);
+        assert_eq!(results[0]["workload"], "mixed");
+        assert!(close(results[0]["mops"].as_f64(), 30.0));
+        assert!(close(results[0]["mops_per_thread"].as_f64(), 30.0));
+        assert_eq!(results[0]["samples"][0]["ops"], 1_000_000);
+        assert!(results[4]["mops"].is_null() && results[4]["vs_system"].is_null());
+        assert_eq!(results[4]["failure"], "3/3 runs failed: exited with status 3");
+        assert!(results[0]["failure"].is_null());
     }
 
     #[test]
@@ -731,12 +768,5 @@ mod tests {
             "trailing blanks:
 {out}"
         );
-    }
-
-    #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(json_string("a\"b\\c\nd\u{1}"), r#""a\"b\\c\nd\u0001""#);
-        assert_eq!(json_number(Some(f64::NAN)), "null");
-        assert_eq!(json_number(Some(1.5)), "1.5");
     }
 }

@@ -14,9 +14,10 @@
 
 use crate::allocators::Allocator;
 use crate::cli::{Job, Plan};
+use crate::progress::{Progress, Run, Shape};
 use crate::workloads::Outcome;
 use std::fmt;
-use std::io::{IsTerminal, Read};
+use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -282,7 +283,8 @@ pub struct Cell {
 /// Runs every job of `plan` against every allocator, `plan.reps` times,
 /// interleaving the allocators (A B C D A B C D ...) within each workload.
 /// `command` builds the child for one run. Returns the cells job-major, in
-/// `plan.allocators` order; progress and failures go to stderr.
+/// `plan.allocators` order; progress (see `progress`) and failures go to
+/// stderr.
 pub fn run_plan(plan: &Plan, command: impl Fn(&Job, Allocator) -> Command) -> Vec<Cell> {
     let mut cells: Vec<Cell> = (0..plan.jobs.len())
         .flat_map(|job| {
@@ -293,13 +295,29 @@ pub fn run_plan(plan: &Plan, command: impl Fn(&Job, Allocator) -> Command) -> Ve
             })
         })
         .collect();
-    let mut progress = Progress::new(cells.len() * plan.reps);
+    let mut progress = Progress::stderr(Shape {
+        jobs: plan.jobs.len(),
+        allocators: plan.allocators.len(),
+        reps: plan.reps,
+    });
     for (j, job) in plan.jobs.iter().enumerate() {
-        for rep in 1..=plan.reps {
+        let workload = if plan.scaling {
+            format!("{} ({} threads)", job.workload, job.params.threads)
+        } else {
+            job.workload.to_string()
+        };
+        for rep in 0..plan.reps {
             for (a, &allocator) in plan.allocators.iter().enumerate() {
-                progress.step(&format!("{} {allocator} rep {rep}/{}", job.workload, plan.reps));
+                progress.start(&Run {
+                    job: j,
+                    workload: &workload,
+                    allocator: a,
+                    allocator_name: allocator.name(),
+                    rep,
+                });
                 let run = run_child(command(job, allocator), plan.timeout);
-                let label = format!("{} {allocator} rep {rep}", job.workload);
+                progress.done();
+                let label = format!("{workload} {allocator} rep {}", rep + 1);
                 if let Err(failure) = &run.result {
                     progress.note(&format!("hakmem-bench: {label} failed: {failure}"));
                 }
@@ -315,53 +333,6 @@ pub fn run_plan(plan: &Plan, command: impl Fn(&Job, Allocator) -> Command) -> Ve
     }
     progress.finish();
     cells
-}
-
-/// The stderr progress line: rewritten in place on a terminal, one line per
-/// workload otherwise (so logs stay short).
-struct Progress {
-    total: usize,
-    done: usize,
-    terminal: bool,
-    last_workload: String,
-}
-
-impl Progress {
-    fn new(total: usize) -> Progress {
-        Progress {
-            total,
-            done: 0,
-            terminal: std::io::stderr().is_terminal(),
-            last_workload: String::new(),
-        }
-    }
-
-    fn step(&mut self, what: &str) {
-        self.done += 1;
-        if self.terminal {
-            eprint!("\r\x1b[K[{}/{}] {what}", self.done, self.total);
-        } else {
-            let workload = what.split(' ').next().unwrap_or_default();
-            if workload != self.last_workload {
-                eprintln!("[{}/{}] {workload}", self.done, self.total);
-                self.last_workload = workload.to_string();
-            }
-        }
-    }
-
-    /// A message on its own line(s), not overwritten by the next step.
-    fn note(&self, message: &str) {
-        if self.terminal {
-            eprint!("\r\x1b[K");
-        }
-        eprintln!("{message}");
-    }
-
-    fn finish(&self) {
-        if self.terminal {
-            eprint!("\r\x1b[K");
-        }
-    }
 }
 
 #[cfg(test)]

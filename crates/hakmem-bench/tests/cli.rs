@@ -1,8 +1,12 @@
-//! The built `hakmem-bench` binary end to end: usage errors, a tiny
-//! comparison through child processes, tiny `--preload` runs, the new
-//! workloads against both mimalloc builds in both modes, and the scaling
-//! table.
+//! The built `hakmem-bench` binary end to end, as a user runs it: usage
+//! errors, a tiny comparison through child processes read back as CSV and
+//! JSON with a fixed schema, tiny `--preload` runs, the new workloads
+//! against both mimalloc builds in both modes, the scaling table, the plots
+//! (SVG read as XML, PNG decoded), the progress line (in a log and on a
+//! terminal), and a planted C benchmark that must never run.
 
+use serde::Deserialize;
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn bench(args: &[&str]) -> Output {
@@ -16,6 +20,21 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Whether `tool --version` runs. A test that needs a missing tool says
+/// SKIPPED and passes, or fails when `HAKMEM_REQUIRE_TOOLS` is set (as
+/// `.ci/run` does, having installed them all).
+fn have(tool: &str, test: &str) -> bool {
+    let present = Command::new(tool).arg("--version").output().is_ok();
+    if !present {
+        assert!(
+            std::env::var_os("HAKMEM_REQUIRE_TOOLS").is_none(),
+            "{test}: {tool} is not installed, and HAKMEM_REQUIRE_TOOLS is set"
+        );
+        eprintln!("SKIPPED {test}: {tool} is not installed");
+    }
+    present
+}
+
 #[test]
 fn bad_arguments_exit_2_with_a_clear_message() {
     let cases: &[(&[&str], &str)] = &[
@@ -25,11 +44,18 @@ fn bad_arguments_exit_2_with_a_clear_message() {
             &["--min", "2048", "--max", "1024"],
             "--min (2048) is larger than --max (1024)",
         ),
-        (&["--reps", "0"], "--reps must be between 1"),
+        (
+            &["--reps", "0"],
+            "invalid value '0' for '--reps <N>': 0 is not in 1..=1000",
+        ),
         (&["--allocators", "tcmalloc"], "only with --preload"),
         (&["--allocators", "mimalloc-deb"], "only with --preload"),
         (&["--allocators", "mimalloc4"], "unknown allocator 'mimalloc4'"),
-        (&["--threads", "1,0"], "--threads must be between 1"),
+        (&["--threads", "1,0"], "invalid value '0' for '--threads <N[,N...]>'"),
+        (&["--min", "0"], "invalid value '0' for '--min <BYTES>'"),
+        (&["--iters", "1.2.3"], "invalid value '1.2.3' for '--iters <N>'"),
+        (&["--max", "5G"], "5368709120 is not in 1..=1073741824"),
+        (&["--plot", "results.jpg"], "the file name must end in .svg or .png"),
         (
             &["--workloads", "churn", "--min", "8"],
             "workload churn: --min must be at least 24",
@@ -71,16 +97,112 @@ fn help_exits_0_and_lists_workloads() {
     }
 }
 
-/// The column values of `row` by header name.
-fn field<'a>(header: &[&str], row: &[&'a str], name: &str) -> &'a str {
-    row[header
+/// One row of the CSV output, and one result of the JSON output less its
+/// `samples`: the schema README.md documents. Unknown fields are an error,
+/// so a column added or renamed fails here until the schema (and the
+/// README) follow.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // Every field is parsed; not every test reads each.
+struct Record {
+    workload: String,
+    kernel: String,
+    min: u64,
+    max: u64,
+    ws: u64,
+    iters: u64,
+    threads: u64,
+    seed: u64,
+    allocator: String,
+    runs: u64,
+    ok_runs: u64,
+    mops: Option<f64>,
+    ns_per_op: Option<f64>,
+    peak_rss_mib: Option<f64>,
+    vs_mimalloc: Option<f64>,
+    vs_system: Option<f64>,
+    mops_per_thread: Option<f64>,
+    op: String,
+    failure: Option<String>,
+}
+
+/// The columns of the CSV output, in order.
+const CSV_COLUMNS: [&str; 19] = [
+    "workload",
+    "kernel",
+    "min",
+    "max",
+    "ws",
+    "iters",
+    "threads",
+    "seed",
+    "allocator",
+    "runs",
+    "ok_runs",
+    "mops",
+    "ns_per_op",
+    "peak_rss_mib",
+    "vs_mimalloc",
+    "vs_system",
+    "mops_per_thread",
+    "op",
+    "failure",
+];
+
+/// The rows of a CSV report, checked against the schema.
+fn csv_records(stdout: &str) -> Vec<Record> {
+    let mut reader = csv::Reader::from_reader(stdout.as_bytes());
+    let header: Vec<String> = reader.headers().expect("a header").iter().map(String::from).collect();
+    assert_eq!(header, CSV_COLUMNS, "the CSV columns");
+    reader
+        .deserialize()
+        .map(|r| r.unwrap_or_else(|e| panic!("{e}\n{stdout}")))
+        .collect()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonReport {
+    mode: String,
+    reps: u64,
+    scaling: bool,
+    results: Vec<serde_json::Value>,
+    notes: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct JsonSample {
+    ops: u64,
+    elapsed_ns: u64,
+    maxrss_kib: u64,
+}
+
+/// A JSON report, each result checked against the schema: the CSV's fields
+/// and its samples.
+fn json_report(stdout: &str) -> (JsonReport, Vec<(Record, Vec<JsonSample>)>) {
+    let report: JsonReport = serde_json::from_str(stdout).unwrap_or_else(|e| panic!("{e}\n{stdout}"));
+    let results = report
+        .results
         .iter()
-        .position(|h| *h == name)
-        .unwrap_or_else(|| panic!("no column {name}"))]
+        .map(|result| {
+            let mut result = result.clone();
+            let samples = result
+                .as_object_mut()
+                .expect("a result is an object")
+                .remove("samples")
+                .expect("a result has samples");
+            (
+                serde_json::from_value(result).expect("a result has the CSV's fields"),
+                serde_json::from_value(samples).expect("samples"),
+            )
+        })
+        .collect();
+    (report, results)
 }
 
 #[test]
-fn tiny_comparison_prints_parseable_csv() {
+fn tiny_comparison_prints_csv_with_the_documented_columns() {
     let out = bench(&[
         "--iters",
         "1000",
@@ -95,30 +217,30 @@ fn tiny_comparison_prints_parseable_csv() {
     ]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    let mut lines = stdout.lines();
-    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
-    assert_eq!(header[0], "workload");
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let rows = csv_records(&stdout);
     assert_eq!(rows.len(), 2, "{stdout}");
     for (row, allocator) in rows.iter().zip(["system", "hakmem"]) {
-        assert_eq!(row.len(), header.len());
-        assert_eq!(field(&header, row, "workload"), "mixed");
-        assert_eq!(field(&header, row, "allocator"), allocator);
-        assert_eq!(field(&header, row, "iters"), "1000");
-        assert_eq!(field(&header, row, "ok_runs"), "1");
-        let mops: f64 = field(&header, row, "mops").parse().expect("mops is a number");
-        let ns: f64 = field(&header, row, "ns_per_op").parse().expect("ns_per_op is a number");
-        assert!(mops > 0.0 && (mops * ns - 1e3).abs() < 1.0, "mops {mops} ns/op {ns}");
-        let rss: f64 = field(&header, row, "peak_rss_mib").parse().expect("rss is a number");
+        assert_eq!((row.workload.as_str(), row.kernel.as_str()), ("mixed", "mixed"));
+        assert_eq!(row.allocator, allocator);
+        assert_eq!(
+            (row.min, row.max, row.ws, row.iters, row.threads, row.seed),
+            (16, 1024, 400, 1000, 1, 1)
+        );
+        assert_eq!((row.runs, row.ok_runs), (1, 1));
+        let (mops, ns) = (row.mops.unwrap(), row.ns_per_op.unwrap());
+        assert!(mops > 0.0 && (mops * ns - 1e3).abs() < 1e-6, "mops {mops} ns/op {ns}");
+        assert_eq!(row.mops_per_thread, row.mops);
+        let rss = row.peak_rss_mib.unwrap();
         assert!(rss > 0.0 && rss < 1024.0, "peak RSS {rss} MiB");
-        assert!(field(&header, row, "failure").is_empty());
+        assert_eq!(row.op, "call");
+        assert_eq!(row.failure, None);
+        assert_eq!(row.vs_mimalloc, None, "mimalloc did not run");
     }
-    assert_eq!(field(&header, &rows[0], "vs_system").parse::<f64>().unwrap(), 1.0);
-    assert_eq!(field(&header, &rows[1], "vs_mimalloc"), "", "mimalloc did not run");
+    assert_eq!(rows[0].vs_system, Some(1.0));
 }
 
 #[test]
-fn json_output_holds_every_run() {
+fn json_output_holds_every_run_with_the_documented_fields() {
     let out = bench(&[
         "--iters",
         "500",
@@ -133,17 +255,27 @@ fn json_output_holds_every_run() {
     ]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(stdout.trim_start().starts_with('{') && stdout.trim_end().ends_with('}'));
-    assert_eq!(stdout.matches("\"allocator\": \"system\"").count(), 2);
-    assert_eq!(stdout.matches("\"elapsed_ns\"").count(), 4);
+    let (report, results) = json_report(&stdout);
+    assert_eq!((report.mode.as_str(), report.reps, report.scaling), ("rust", 2, false));
+    assert!(report.notes.is_empty());
+    let workloads: Vec<&str> = results.iter().map(|(r, _)| r.workload.as_str()).collect();
+    assert_eq!(workloads, ["c7", "larson"]);
+    for (record, samples) in &results {
+        assert_eq!(record.allocator, "system");
+        assert_eq!((record.runs, record.ok_runs), (2, 2));
+        assert_eq!(samples.len(), 2);
+        assert!(samples
+            .iter()
+            .all(|s| s.ops > 0 && s.elapsed_ns > 0 && s.maxrss_kib > 0));
+    }
+    assert_eq!(results[1].0.threads, 2, "larson on 2 threads");
 }
 
 /// `--preload` with whatever libraries this machine has: glibc always runs;
 /// missing libraries are skipped with a note, not an error.
 #[test]
 fn tiny_preload_run_skips_missing_libraries() {
-    if Command::new("cc").arg("--version").output().is_err() {
-        eprintln!("skipped: no C compiler");
+    if !have("cc", "tiny_preload_run_skips_missing_libraries") {
         return;
     }
     let out = bench(&[
@@ -159,9 +291,8 @@ fn tiny_preload_run_skips_missing_libraries() {
     ]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    let header: Vec<&str> = stdout.lines().next().expect("header").split(',').collect();
-    let rows: Vec<Vec<&str>> = stdout.lines().skip(1).map(|l| l.split(',').collect()).collect();
-    let ran: Vec<&str> = rows.iter().map(|r| field(&header, r, "allocator")).collect();
+    let rows = csv_records(&stdout);
+    let ran: Vec<&str> = rows.iter().map(|r| r.allocator.as_str()).collect();
     // glibc and the mimalloc builds this binary carries always run.
     for allocator in ["system", "mimalloc2", "mimalloc3"] {
         assert!(ran.contains(&allocator), "{allocator} did not run\n{stdout}\n{stderr}");
@@ -174,21 +305,7 @@ fn tiny_preload_run_skips_missing_libraries() {
             "{allocator}: ran or skipped, exactly one\n{stderr}"
         );
     }
-    assert!(rows.iter().all(|r| field(&header, r, "ok_runs") == "1"), "{stdout}");
-}
-
-/// The `ops` of every sample of `allocator` on `workload` in a JSON report.
-fn json_ops(json: &str, workload: &str, allocator: &str) -> Vec<u64> {
-    let start = format!("{{\"workload\": \"{workload}\", ");
-    json.lines()
-        .filter(|l| l.trim_start().starts_with(&start) && l.contains(&format!("\"allocator\": \"{allocator}\"")))
-        .flat_map(|l| {
-            l.split("{\"ops\": ")
-                .skip(1)
-                .map(|s| s.split(',').next().unwrap().parse::<u64>().unwrap())
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    assert!(rows.iter().all(|r| r.ok_runs == 1), "{stdout}");
 }
 
 /// huge, churn and pacing, small, against glibc and both mimalloc builds
@@ -197,7 +314,7 @@ fn json_ops(json: &str, workload: &str, allocator: &str) -> Vec<u64> {
 #[test]
 fn new_workloads_run_against_both_mimalloc_builds_in_both_modes() {
     let mut modes = vec![false];
-    if Command::new("cc").arg("--version").output().is_ok() {
+    if have("cc", "new_workloads_run_against_both_mimalloc_builds_in_both_modes") {
         modes.push(true);
     }
     for preload in modes {
@@ -227,18 +344,22 @@ fn new_workloads_run_against_both_mimalloc_builds_in_both_modes() {
         let out = bench(&args);
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
         assert_eq!(out.status.code(), Some(0), "preload {preload}\n{stdout}\n{stderr}");
+        let (report, results) = json_report(&stdout);
+        assert_eq!(report.mode, if preload { "preload" } else { "rust" });
         // huge: free + alloc per replacement; churn: 20 rounds of 4 threads;
         // pacing: 2 pairs, alloc + free per block.
         for (workload, ops) in [("huge", 2 * 20), ("churn", 20 * 4), ("pacing", 2 * 2 * 20)] {
             for allocator in ["system", "mimalloc2", "mimalloc3"] {
-                assert_eq!(
-                    json_ops(&stdout, workload, allocator),
-                    [ops, ops],
-                    "preload {preload}: {workload} {allocator}\n{stdout}"
-                );
+                let (record, samples) = results
+                    .iter()
+                    .find(|(r, _)| r.workload == workload && r.allocator == allocator)
+                    .unwrap_or_else(|| panic!("no {workload} {allocator}\n{stdout}"));
+                let counted: Vec<u64> = samples.iter().map(|s| s.ops).collect();
+                assert_eq!(counted, [ops, ops], "preload {preload}: {workload} {allocator}");
+                let unit = if workload == "churn" { "thread" } else { "call" };
+                assert_eq!(record.op, unit, "churn counts threads");
             }
         }
-        assert!(stdout.contains("\"op\": \"thread\""), "churn counts threads");
     }
 }
 
@@ -297,13 +418,364 @@ fn scaling_prints_a_column_per_thread_count() {
     ]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
-    let header: Vec<&str> = stdout.lines().next().expect("header").split(',').collect();
-    let rows: Vec<Vec<&str>> = stdout.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    let rows = csv_records(&stdout);
     assert_eq!(rows.len(), 2, "{stdout}");
-    for (row, threads) in rows.iter().zip([1.0, 2.0]) {
-        assert_eq!(field(&header, row, "threads").parse::<f64>().unwrap(), threads);
-        let mops: f64 = field(&header, row, "mops").parse().unwrap();
-        let per_thread: f64 = field(&header, row, "mops_per_thread").parse().unwrap();
-        assert!((per_thread * threads - mops).abs() < 1e-3 * mops, "{stdout}");
+    for (row, threads) in rows.iter().zip([1, 2]) {
+        assert_eq!(row.threads, threads);
+        let (mops, per_thread) = (row.mops.unwrap(), row.mops_per_thread.unwrap());
+        assert!((per_thread * threads as f64 - mops).abs() < 1e-9 * mops, "{stdout}");
     }
+}
+
+/// Elements of an SVG with the given class.
+fn with_class<'a, 'i>(node: roxmltree::Node<'a, 'i>, class: &str) -> Vec<roxmltree::Node<'a, 'i>> {
+    node.descendants()
+        .filter(|n| n.attribute("class") == Some(class))
+        .collect()
+}
+
+/// The text of a text element.
+fn text_of(node: roxmltree::Node) -> String {
+    node.descendants()
+        .filter(|n| n.is_text())
+        .filter_map(|n| n.text())
+        .collect()
+}
+
+/// Checks a PNG written by `--plot` against its SVG: it decodes, at twice
+/// the SVG's size, and is not blank.
+fn check_png(png: &Path, svg: &roxmltree::Document) {
+    let bytes = std::fs::read(png).expect("the PNG was written");
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .expect("the PNG decodes");
+    let mut buffer = vec![0; reader.output_buffer_size().unwrap()];
+    let frame = reader.next_frame(&mut buffer).expect("the PNG's pixels decode");
+    assert_eq!(frame.color_type, png::ColorType::Rgb);
+    let size = |name| svg.root_element().attribute(name).unwrap().parse::<u32>().unwrap();
+    assert_eq!((frame.width, frame.height), (2 * size("width"), 2 * size("height")));
+    let pixels: Vec<&[u8]> = buffer[..frame.buffer_size()].chunks(3).collect();
+    let white = pixels.iter().filter(|p| **p == [255, 255, 255]).count();
+    let dark = pixels.iter().filter(|p| p.iter().all(|&c| c < 80)).count();
+    assert!(white > pixels.len() / 2, "a white background");
+    assert!(
+        dark > pixels.len() / 1000,
+        "text and axes were drawn ({dark} dark pixels)"
+    );
+    // Each allocator's colour is there (its bars and legend swatch).
+    for colour in svg
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("bar"))
+        .filter_map(|n| n.attribute("fill"))
+    {
+        let rgb = u32::from_str_radix(&colour[1..], 16).unwrap();
+        let expected = [(rgb >> 16) as u8, (rgb >> 8) as u8, rgb as u8];
+        assert!(pixels.iter().any(|p| **p == expected), "no pixel of {colour}");
+    }
+}
+
+/// `--plot` as a user runs it: the same tiny table drawn as SVG and PNG.
+/// The SVG is read as XML: one chart, two panels (throughput relative to
+/// the system allocator, peak RSS), in each a bar per workload and
+/// allocator carrying the number the CSV reports, and the labels.
+#[test]
+fn plot_draws_one_chart_with_a_bar_per_workload_and_allocator() {
+    let dir = tempfile::tempdir().unwrap();
+    let (svg_path, png_path) = (dir.path().join("plot.svg"), dir.path().join("plot.png"));
+    let out = bench(&[
+        "--workloads",
+        "mixed,c7,larson",
+        "--iters",
+        "3000",
+        "--reps",
+        "1",
+        "--allocators",
+        "hakmem,system,mimalloc3",
+        "--format",
+        "csv",
+        "--plot",
+        svg_path.to_str().unwrap(),
+        "--plot",
+        png_path.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!("plot written to {}", svg_path.display())),
+        "{stderr}"
+    );
+    let records = csv_records(&stdout);
+
+    let svg = std::fs::read_to_string(&svg_path).expect("the SVG was written");
+    let doc = roxmltree::Document::parse(&svg).expect("the SVG is well-formed XML");
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "svg");
+    assert_eq!(root.tag_name().namespace(), Some("http://www.w3.org/2000/svg"));
+    let title = text_of(with_class(root, "title")[0]);
+    assert!(title.starts_with("hakmem-bench: GlobalAlloc"), "{title}");
+    let legend: Vec<String> = with_class(root, "legend")[0]
+        .children()
+        .filter(|n| n.has_tag_name("text"))
+        .map(text_of)
+        .collect();
+    assert_eq!(legend, ["hakmem", "system", "mimalloc3"]);
+
+    let charts = with_class(root, "chart");
+    assert_eq!(charts.len(), 1, "one chart for one table");
+    let panels = with_class(charts[0], "panel");
+    let metrics: Vec<&str> = panels.iter().map(|p| p.attribute("data-metric").unwrap()).collect();
+    assert_eq!(metrics, ["throughput", "rss"]);
+    assert_eq!(
+        text_of(with_class(panels[0], "panel-title")[0]),
+        "Throughput vs system (higher is faster)"
+    );
+    assert!(text_of(with_class(panels[1], "panel-title")[0]).starts_with("Peak RSS, MiB"));
+    for panel in &panels {
+        let groups: Vec<String> = with_class(*panel, "group-label").into_iter().map(text_of).collect();
+        assert_eq!(groups, ["mixed", "c7", "larson"]);
+        let bars = with_class(*panel, "bar");
+        assert_eq!(bars.len(), 3 * 3, "a bar per workload and allocator");
+        for record in &records {
+            let bar = bars
+                .iter()
+                .find(|b| {
+                    b.attribute("data-group") == Some(&record.workload)
+                        && b.attribute("data-allocator") == Some(&record.allocator)
+                })
+                .unwrap_or_else(|| panic!("no bar for {} {}", record.workload, record.allocator));
+            let value: f64 = bar.attribute("data-value").unwrap().parse().unwrap();
+            let expected = match panel.attribute("data-metric") {
+                Some("throughput") => record.vs_system.unwrap(),
+                _ => record.peak_rss_mib.unwrap(),
+            };
+            assert!((value - expected).abs() <= 1e-9 * expected, "{value} vs {expected}");
+            let height: f64 = bar.attribute("height").unwrap().parse().unwrap();
+            assert!(height > 0.0);
+            let tooltip = text_of(bar.children().find(|n| n.has_tag_name("title")).unwrap());
+            assert!(
+                tooltip.starts_with(&format!("{} / {}: ", record.workload, record.allocator)),
+                "{tooltip}"
+            );
+        }
+        // Every bar but the system allocator's 1x has its value written.
+        let labels = with_class(*panel, "value").len();
+        let expected = if panel.attribute("data-metric") == Some("throughput") {
+            6
+        } else {
+            9
+        };
+        assert_eq!(labels, expected);
+        assert!(with_class(*panel, "tick").len() >= 2, "an axis with labels");
+    }
+    check_png(&png_path, &doc);
+}
+
+/// With --scaling, one chart per workload, one group of bars per thread
+/// count; without the system allocator, throughput is relative to the
+/// first allocator named.
+#[test]
+fn scaling_plot_has_a_chart_per_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg_path = dir.path().join("scaling.svg");
+    let out = bench(&[
+        "--scaling",
+        "--workloads",
+        "larson,prodcons",
+        "--threads",
+        "1,2",
+        "--iters",
+        "500",
+        "--reps",
+        "1",
+        "--allocators",
+        "hakmem,mimalloc3",
+        "--plot",
+        svg_path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let charts = with_class(doc.root_element(), "chart");
+    let titles: Vec<&str> = charts.iter().map(|c| c.attribute("data-title").unwrap()).collect();
+    assert_eq!(titles, ["larson: thread scaling", "prodcons: thread scaling"]);
+    let groups = |chart| -> Vec<String> { with_class(chart, "group-label").into_iter().map(text_of).collect() };
+    assert_eq!(groups(charts[0]), ["1 thr", "2 thr", "1 thr", "2 thr"], "two panels");
+    assert_eq!(groups(charts[1]), ["2 thr", "2 thr"], "prodcons runs whole pairs");
+    let panel = with_class(charts[0], "panel")[0];
+    assert_eq!(
+        text_of(with_class(panel, "panel-title")[0]),
+        "Throughput vs hakmem (higher is faster)"
+    );
+    assert_eq!(with_class(panel, "bar").len(), 2 * 2);
+}
+
+/// The progress line in a log (stderr not a terminal): one line per run,
+/// naming the workload, the allocator and the rep, with the time elapsed
+/// and an estimate of the time left once a run has finished.
+#[test]
+fn progress_in_a_log_is_one_line_per_run() {
+    let out = bench(&[
+        "--workloads",
+        "mixed,c7",
+        "--iters",
+        "1000",
+        "--reps",
+        "2",
+        "--allocators",
+        "system,hakmem",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 8 + 1, "{stderr}");
+    assert!(!stderr.contains('\r') && !stderr.contains('\x1b'), "{stderr:?}");
+    let mut runs = Vec::new();
+    for workload in ["mixed", "c7"] {
+        for rep in 1..=2 {
+            for allocator in ["system", "hakmem"] {
+                runs.push(format!("{workload} | {allocator} | rep {rep}/2 | elapsed "));
+            }
+        }
+    }
+    for (i, (line, run)) in lines.iter().zip(&runs).enumerate() {
+        let prefix = format!("[{}/8] {run}", i + 1);
+        assert!(line.starts_with(&prefix), "line {i}: {line:?}, expected {prefix:?}");
+        if i == 0 {
+            assert!(line.ends_with("| left ?"), "{line}");
+        } else {
+            assert!(line.contains("| left ~0:"), "{line}");
+        }
+    }
+    assert!(lines[8].starts_with("hakmem-bench: 8 runs in 0:"), "{}", lines[8]);
+}
+
+/// On a terminal (`script` gives the run one) the line is rewritten in
+/// place: carriage return and erase-line before each update, no new line
+/// until the end.
+#[test]
+fn progress_on_a_terminal_is_rewritten_in_place() {
+    if !have("script", "progress_on_a_terminal_is_rewritten_in_place") {
+        return;
+    }
+    let command = format!(
+        "{} --workloads c7 --iters 1000 --reps 2 --allocators system,hakmem --format csv >/dev/null",
+        env!("CARGO_BIN_EXE_hakmem-bench")
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .expect("run script");
+    let screen = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{screen}");
+    let updates: Vec<&str> = screen.split("\r\x1b[K").skip(1).collect();
+    assert!(updates.len() >= 4, "{screen:?}");
+    for (i, update) in updates[..4].iter().enumerate() {
+        let allocator = ["system", "hakmem"][i % 2];
+        assert!(
+            update.starts_with(&format!("[{}/4] c7 | {allocator} | rep {}/2", i + 1, i / 2 + 1)),
+            "{update:?}"
+        );
+        assert!(!update.contains('\n'), "an update ends no line: {update:?}");
+    }
+    assert!(screen.contains("hakmem-bench: 4 runs in"), "{screen:?}");
+}
+
+/// A copy of the built binary in a folder of its own (0700), as if built
+/// there, so its scratch folder is `hakmem-bench-c/` in that folder.
+fn private_copy() -> (tempfile::TempDir, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let exe = dir.path().join("hakmem-bench");
+    // By `cp`, not std::fs::copy: a file this process holds open for writing
+    // can be inherited by a child another test thread forks at that moment,
+    // and executing it then fails with ETXTBSY.
+    let copied = Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_hakmem-bench"))
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    (dir, exe)
+}
+
+/// Runs `exe` once under `--preload` (glibc only): the C program runs.
+fn preload_once(exe: &Path) -> Output {
+    let out = Command::new(exe)
+        .args([
+            "--preload",
+            "--allocators",
+            "system",
+            "--workloads",
+            "c7",
+            "--iters",
+            "500",
+            "--reps",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    out
+}
+
+/// The compiled C program is reused only from a folder and a file that
+/// are this user's alone; a binary planted where it would be found (the
+/// file made writable by others, then the folder) is never run, and a
+/// folder others can write to is not used at all.
+#[test]
+fn a_planted_c_benchmark_is_never_run() {
+    use std::os::unix::fs::PermissionsExt;
+    if !have("cc", "a_planted_c_benchmark_is_never_run") {
+        return;
+    }
+    let (dir, exe) = private_copy();
+    let scratch = dir.path().join("hakmem-bench-c");
+    preload_once(&exe);
+    let built: Vec<_> = std::fs::read_dir(&scratch)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("bench-"))
+        .collect();
+    assert_eq!(built.len(), 1, "{built:?}");
+    let binary = &built[0];
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode(&scratch), mode(binary)), (0o700, 0o700));
+
+    // The planted program leaves a mark and claims a result.
+    let mark = dir.path().join("planted-program-ran");
+    let planted = format!(
+        "#!/bin/sh\ntouch {}\necho 'hakmem-bench-result workload=c7 allocator=system ops=1 elapsed_ns=1 errors=0 maxrss_kib=1'\n",
+        mark.display()
+    );
+    let plant = |path: &Path, mode: u32| {
+        let _ = std::fs::remove_file(path);
+        std::fs::write(path, &planted).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+
+    // Writable by others: rebuilt, not run.
+    plant(binary, 0o777);
+    preload_once(&exe);
+    assert!(!mark.exists(), "the planted program ran");
+    assert_eq!(mode(binary), 0o700, "rebuilt");
+    assert!(!std::fs::read(binary).unwrap().starts_with(b"#!"));
+
+    // Owned by someone else (root can hand it to nobody): rebuilt.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        plant(binary, 0o755);
+        std::os::unix::fs::chown(binary, Some(65534), None).unwrap();
+        preload_once(&exe);
+        assert!(!mark.exists(), "the planted program ran");
+        assert!(!std::fs::read(binary).unwrap().starts_with(b"#!"));
+    }
+
+    // A scratch folder others can write to is not used: the program is
+    // built in a private folder, and the planted one is left alone.
+    plant(binary, 0o700);
+    std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o777)).unwrap();
+    preload_once(&exe);
+    assert!(!mark.exists(), "the planted program ran");
+    assert!(std::fs::read(binary).unwrap().starts_with(b"#!"), "left alone");
 }

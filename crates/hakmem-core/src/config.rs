@@ -1,13 +1,13 @@
 //! `HAKMEM_*` environment variables, read once without allocating.
 //!
-//! Read from libc's `environ` (not `std::env`, which allocates) on first
+//! Read from the environment (`os::for_each_env`: libc's `environ`, not
+//! `std::env`, which allocates) on first
 //! use, from any slow path. A misspelt `HAKMEM_` variable or a bad value gets
 //! one warning on stderr and the default is kept. docs/CONFIG.md lists them.
 
 use crate::os;
 use crate::sync::{plain::AtomicUsize, Ordering};
 use core::cell::UnsafeCell;
-use core::ffi::{c_char, CStr};
 
 /// What to do when a bad pointer reaches `free`/`realloc`/`malloc_usable_size`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,7 +23,8 @@ pub enum OnError {
 pub struct Config {
     /// `HAKMEM_STATS=1`: print the statistics report at exit.
     pub stats: bool,
-    /// `HAKMEM_VERBOSE=1`: print the configuration and notable events.
+    /// `HAKMEM_VERBOSE=1`: print the configuration when it is read (nothing
+    /// else is printed).
     pub verbose: bool,
     /// `HAKMEM_PURGE_DELAY`: milliseconds before free memory goes back to the
     /// OS; 0 = immediately, negative = never.
@@ -64,10 +65,6 @@ static STATE: AtomicUsize = AtomicUsize::new(0);
 const READING: usize = 1;
 const READY: usize = 2;
 
-extern "C" {
-    static environ: *const *const c_char;
-}
-
 /// The configuration (read from the environment on first call).
 pub fn config() -> &'static Config {
     // Acquire: pairs with the Release store of READY below.
@@ -85,15 +82,7 @@ fn init() {
         .is_ok()
     {
         let mut cfg = DEFAULT;
-        // SAFETY: environ is libc's NULL-terminated array of C strings; it is
-        // read before any thread of ours could modify the environment.
-        unsafe {
-            let mut e = environ;
-            while !e.is_null() && !(*e).is_null() {
-                apply(&mut cfg, CStr::from_ptr(*e).to_bytes());
-                e = e.add(1);
-            }
-        }
+        os::for_each_env(|entry| apply(&mut cfg, entry));
         cfg.system_thp_always = os::thp_always();
         // SAFETY: only the CAS winner writes, before publishing READY.
         unsafe { *CONFIG.0.get() = cfg };
@@ -104,7 +93,11 @@ fn init() {
         }
     } else {
         while STATE.load(Ordering::Acquire) != READY {
-            crate::sync::spin_hint();
+            // Not `sync::spin_hint`: STATE is never modelled, and under
+            // loom a yield here (a loom operation, as many as the race with
+            // another test's model lasts) made the models' explorations
+            // differ from run to run ("Is the model fully deterministic?").
+            core::hint::spin_loop();
         }
     }
 }
@@ -176,21 +169,19 @@ fn parse_i64(v: &[u8]) -> Option<i64> {
 }
 
 fn print_config(cfg: &Config) {
-    let mut buf = [0u8; 160];
-    let mut w = os::Writer::new(&mut buf);
-    w.push(b"hakmem: stats=");
-    w.push_u64(cfg.stats as u64);
-    w.push(b" purge_delay_ms=");
-    w.push_i64(cfg.purge_delay_ms);
-    w.push(b" thp=");
-    w.push_u64(cfg.thp as u64);
-    w.push(if cfg.on_error == OnError::Abort {
+    let mut line = os::Line::new();
+    line.push(b"hakmem: stats=");
+    line.push_u64(cfg.stats as u64);
+    line.push(b" purge_delay_ms=");
+    line.push_i64(cfg.purge_delay_ms);
+    line.push(b" thp=");
+    line.push_u64(cfg.thp as u64);
+    line.push(if cfg.on_error == OnError::Abort {
         b" on_error=abort\n"
     } else {
         b" on_error=warn\n"
     });
-    let n = w.len();
-    os::write_stderr(&buf[..n]);
+    line.write();
 }
 
 #[cfg(all(test, not(hakmem_loom)))]

@@ -7,12 +7,16 @@
 //! static GLOBAL: hakmem_core::Hakmem = hakmem_core::Hakmem;
 //! ```
 //!
-//! Layers, top-down (docs/DESIGN.md has the whole picture):
-//! this file (the `Hakmem` type, the C-style entry points, argument routing
-//! and the free fast path) → `class` (size classes) → `heap` (the thread
-//! heap and slow paths) → `page` (a page's free stack and remote stack) → `segment`
-//! (2 MiB segments, pointer arithmetic, the segment map, global lists) →
-//! `os` (the only code that calls the OS). `thread` binds heaps to threads.
+//! One module per job, top-down (docs/DESIGN.md has the whole picture):
+//! this file (the `Hakmem` type, the C-style entry points, argument checks
+//! and routing by size) → `class` (size classes) → `alloc` (allocation
+//! from the thread heap) and `free` (every free) → `heap` (the thread heap
+//! and its life cycle) and its jobs: `refill` (the allocation slow path),
+//! `page_queue`, `remote` (frees into other threads' pages), `abandon`
+//! (thread exit, reclaim), `purge` → `page` (a page's lists and states) →
+//! `segment` (2 MiB segments and their spans), `segment_map`, `huge`,
+//! `arena` (the segment cache and the abandoned list) → `os` (the only
+//! code that calls the OS). `thread` binds heaps to threads.
 //!
 //! The crate is `no_std`; it needs `libc` (mmap, pthread keys) and runs on
 //! x86-64 Linux.
@@ -26,13 +30,24 @@
 #[cfg(hakmem_loom)]
 extern crate std;
 
+mod abandon;
+mod alloc;
+mod arch;
+mod arena;
 mod class;
 mod config;
+mod free;
 mod heap;
+mod huge;
 mod list;
 mod os;
 mod page;
+mod page_queue;
+mod purge;
+mod refill;
+mod remote;
 mod segment;
+mod segment_map;
 mod stats;
 mod sync;
 mod thread;
@@ -49,14 +64,16 @@ pub use front::*;
 
 #[cfg(not(hakmem_loom))]
 mod front {
-    use crate::{class, heap, os, page, segment, thread};
+    use crate::{class, huge, os, purge, segment_map, thread};
     use core::alloc::{GlobalAlloc, Layout};
     use core::ptr;
 
+    pub use crate::arena::{abandoned_count, cached_count};
     pub use crate::class::{MEDIUM_SIZE_MAX, SMALL_SIZE_MAX};
     pub use crate::config::{config, Config, OnError, DEFAULT_PURGE_DELAY_MS};
-    pub use crate::os::{os_counters, OsCounters, OS_PAGE_SIZE};
-    pub use crate::segment::{abandoned_count, cached_count, LARGE_SIZE_MAX, PAGE_SIZE, SEGMENT_SIZE};
+    pub use crate::free::{check_block, free, free_checked};
+    pub use crate::os::{os_counters, page_size as os_page_size, Line, OsCounters, StackText};
+    pub use crate::segment::{LARGE_SIZE_MAX, PAGE_SIZE, SEGMENT_SIZE};
     pub use crate::stats::{print_stats, stats, stats_json, Stats, HUGE_ROW, LARGE_ROW, ROWS};
 
     use crate::segment::{segment_of, SegmentKind};
@@ -125,7 +142,7 @@ mod front {
     #[cold]
     #[inline(never)]
     fn invalid_alignment() -> *mut u8 {
-        os::set_errno(libc::EINVAL);
+        os::set_errno(os::EINVAL);
         ptr::null_mut()
     }
 
@@ -133,16 +150,16 @@ mod front {
     /// or a constant).
     ///
     /// Fast path (size and alignment routed by one compare each): the thread
-    /// heap from TLS (2 instructions), the class by table, then `heap::alloc`.
+    /// heap from TLS (2 instructions), the class by table, then `alloc::alloc`.
     #[inline(always)]
     fn alloc_aligned(size: usize, align: usize) -> *mut u8 {
         debug_assert!(align.is_power_of_two());
         if align <= MIN_ALIGN && size <= SMALL_SIZE_MAX {
             // SAFETY: thread::heap() is this thread's heap.
-            unsafe { heap::alloc_small(thread::heap(), size) }
+            unsafe { crate::alloc::alloc_small(thread::heap(), size) }
         } else if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
             // SAFETY: thread::heap() is this thread's heap.
-            unsafe { heap::alloc(thread::heap(), class::class_of(size)) }
+            unsafe { crate::alloc::alloc(thread::heap(), class::class_of(size)) }
         } else {
             alloc_other(size, align)
         }
@@ -169,15 +186,15 @@ mod front {
         let (p, zero) = if align <= PAGE_SIZE {
             match class::aligned_class(size, align) {
                 // SAFETY: thread::heap() is this thread's heap.
-                Some(c) if align > MIN_ALIGN => (unsafe { heap::alloc(thread::heap(), c) }, false),
-                _ if size <= LARGE_SIZE_MAX => heap::alloc_large(size),
-                _ => segment::huge_alloc(size, align),
+                Some(c) if align > MIN_ALIGN => (unsafe { crate::alloc::alloc(thread::heap(), c) }, false),
+                _ if size <= LARGE_SIZE_MAX => crate::alloc::alloc_large(size),
+                _ => huge::huge_alloc(size, align),
             }
         } else {
-            segment::huge_alloc(size, align)
+            huge::huge_alloc(size, align)
         };
         if p.is_null() {
-            os::set_errno(libc::ENOMEM);
+            os::set_errno(os::ENOMEM);
         }
         (p, zero)
     }
@@ -197,7 +214,7 @@ mod front {
         if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
             // SAFETY: thread::heap() is this thread's heap; class_of(size)
             // is size's class.
-            return unsafe { heap::alloc_zeroed(thread::heap(), class::class_of(size), size) };
+            return unsafe { crate::alloc::alloc_zeroed(thread::heap(), class::class_of(size), size) };
         }
         let (p, zero) = alloc_generic(size, align);
         if !p.is_null() && !zero {
@@ -207,80 +224,11 @@ mod front {
         p
     }
 
-    /// Frees block `p`.
-    ///
-    /// Fast path: segment by mask, owner check against the thread heap, page by
-    /// shift, push on the page's free stack (no lock, no atomic
-    /// read-modify-write). Anything else goes to `heap::free_slow`.
-    ///
-    /// # Safety
-    /// `p` must be a live block returned by this allocator (not null).
-    #[inline(always)]
-    pub unsafe fn free(p: *mut u8) {
-        let seg = segment_of(p);
-        // SAFETY: p is a live hakmem block, so seg is its segment header and
-        // page_of finds its page (an empty one for a huge block).
-        unsafe { free_owned(thread::heap(), seg, (*seg).page_of(p), p) }
-    }
-
-    /// Frees block `p` of `page` in `seg`: pushed on the page's `free` when the
-    /// page is queued in `heap` (the caller's: so it is ours and not parked)
-    /// and the block does not carry the freed mark; anything else — another
-    /// thread's page, a parked or large page, a huge block, a double free —
-    /// goes to the slow path.
-    ///
-    /// # Safety
-    /// `p` must be a live block of `seg`, `page` its page (or, for a huge
-    /// block, the empty page `page_of` gives), `heap` the caller's heap.
-    #[inline(always)]
-    unsafe fn free_owned(heap: *mut heap::Heap, seg: *mut segment::Segment, page: *mut page::Page, p: *mut u8) {
-        let block = p as *mut page::Block;
-        // SAFETY: the caller guarantees page, seg and heap are the block's
-        // and the caller's own.
-        unsafe {
-            if owned_by(page, heap) && (*block).freed != page::freed_mark(page) && !(*page).on_free_was_free(p) {
-                (*block).freed = page::freed_mark(page);
-                (*heap).counts.count_free((*page).class as usize);
-                (*page).push(block);
-                if (*page).used == 0 {
-                    heap::page_retire(heap, seg, page);
-                }
-            } else {
-                heap::free_slow(seg, p)
-            }
-        }
-    }
-
-    /// Whether `page` is queued in `heap` (its `local_owner` is `heap`): the
-    /// free fast path's owner test, as one compare against memory and a
-    /// branch (a Rust atomic load is not folded into the compare).
-    ///
-    /// # Safety
-    /// `page` must point to a valid `Page`.
-    #[inline(always)]
-    unsafe fn owned_by(page: *const page::Page, heap: *mut heap::Heap) -> bool {
-        // An aligned x86 load is atomic in hardware, as the Relaxed load it
-        // replaces.
-        // SAFETY: page is valid (caller): the 8 bytes read are `local_owner`'s.
-        unsafe {
-            core::arch::asm!(
-                "cmp qword ptr [{page} + {owner}], {heap}",
-                "jne {other}",
-                page = in(reg) page,
-                owner = const core::mem::offset_of!(page::Page, local_owner),
-                heap = in(reg) heap,
-                other = label { return false; },
-                options(nostack, readonly),
-            );
-        }
-        true
-    }
-
     /// Whether `p` lies in a segment hakmem mapped (O(1), no system call).
     /// A pointer that is not is certainly not a hakmem block.
     #[inline]
     pub fn is_hakmem_segment(p: *const u8) -> bool {
-        segment::is_segment(segment_of(p))
+        segment_map::is_segment(segment_of(p))
     }
 
     /// Usable size of block `p`: at least what was asked for, exactly what can
@@ -293,7 +241,7 @@ mod front {
         // SAFETY: p is a live hakmem block, so seg is its segment header.
         unsafe {
             if (*seg).kind == SegmentKind::Huge {
-                segment::huge_usable_size(seg, p)
+                huge::huge_usable_size(seg, p)
             } else {
                 (*(*seg).page_of(p)).block_size
             }
@@ -320,7 +268,7 @@ mod front {
         // SAFETY: p is a live hakmem block, so seg is its header.
         if unsafe { (*seg).kind } == SegmentKind::Huge && new_size > LARGE_SIZE_MAX && align <= PAGE_SIZE {
             // SAFETY: p is the caller's live huge block.
-            let q = unsafe { segment::huge_realloc(seg, p, new_size) };
+            let q = unsafe { huge::huge_realloc(seg, p, new_size) };
             if !q.is_null() {
                 return q;
             }
@@ -342,7 +290,7 @@ mod front {
     /// free now, in this thread's heap and in the global caches. This is
     /// `malloc_trim(0)` and `hakmem_collect(force)` in the C API.
     pub fn collect(force: bool) {
-        heap::collect(force)
+        purge::collect(force)
     }
 
     /// The calling thread's `errno` (for tests and the C shim).
@@ -359,107 +307,5 @@ mod front {
     /// stderr and aborts. For the C shim.
     pub fn fatal_pointer(function: &str, reason: &str, p: *const u8) -> ! {
         os::fatal_pointer(function, reason, p)
-    }
-
-    /// Checks that `p` is a live hakmem block before `function` (a C entry
-    /// point such as `"realloc"`) uses it: that it lies in a hakmem segment
-    /// (segment map, O(1)), starts a block, and is not already free. On a bad
-    /// pointer prints `hakmem: <function>(): <reason> 0x...` and aborts, or
-    /// returns false under `HAKMEM_ON_ERROR=warn` (the caller then ignores
-    /// the call). Never touches memory that is not a hakmem segment header.
-    ///
-    /// # Safety
-    /// `p` must not be null.
-    pub unsafe fn check_block(p: *const u8, function: &str) -> bool {
-        let seg = segment_of(p);
-        if !segment::is_segment(seg) {
-            os::report_pointer(function, "invalid pointer (not allocated by hakmem)", p);
-            return false;
-        }
-        // SAFETY: the segment map says seg is a live segment header.
-        unsafe {
-            if !is_block_start(seg, p) {
-                os::report_pointer(function, "invalid pointer (not the start of a hakmem block)", p);
-                return false;
-            }
-            if (*(p as *const page::Block)).freed == page::freed_mark((*seg).page_of(p)) {
-                os::report_pointer(function, "pointer already freed", p);
-                return false;
-            }
-        }
-        true
-    }
-
-    /// Whether `p` starts a block of `seg`: a carved block of an in-use page,
-    /// or a huge segment's block, at the offset `huge_alloc` placed it.
-    ///
-    /// # Safety
-    /// `seg` must be a live segment header (the segment map says so).
-    unsafe fn is_block_start(seg: *mut segment::Segment, p: *const u8) -> bool {
-        let off = (p as usize).wrapping_sub(seg as usize);
-        // SAFETY: the caller guarantees seg is live; page_of stays inside
-        // the header for any p in the segment's 2 MiB.
-        unsafe {
-            if (*seg).kind == SegmentKind::Huge {
-                off == (*seg).huge_block_offset
-            } else {
-                (*(*seg).page_of(p)).is_block_start(p)
-            }
-        }
-    }
-
-    /// `free` for the C shim: [`check_block`], then [`free`]; `free(NULL)`
-    /// does nothing (null fails the segment-map test, off the fast path).
-    ///
-    /// # Safety
-    /// None beyond `free`'s contract: `p` may be any value.
-    #[inline]
-    pub unsafe fn free_checked(p: *mut u8) {
-        let slot = segment::map_slot(p);
-        if !segment::slot_is_segment(slot) {
-            return free_invalid(p);
-        }
-        let seg = segment::slot_segment(slot);
-        // Only when the block-start test has passed is p known to lie in seg
-        // (map_slot: a p outside the address space fails that test).
-        // SAFETY: seg is a live segment header (the map says so); page_of
-        // takes the index from p's low bits, so it stays in the header.
-        unsafe {
-            let page = (*seg).page_of(p);
-            if !(*page).is_block_start(p) {
-                return free_checked_cold(seg, p);
-            }
-            // p starts a carved block of a live page; the freed mark (checked
-            // by free_owned/free_slow) catches a double free.
-            free_owned(thread::heap(), seg, page, p)
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn free_invalid(p: *mut u8) {
-        if !p.is_null() {
-            os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
-        }
-    }
-
-    /// `free_checked` of a huge block, or of a pointer that starts no block.
-    ///
-    /// # Safety
-    /// `seg` must be a live segment header (the segment map says so).
-    #[cold]
-    #[inline(never)]
-    unsafe fn free_checked_cold(seg: *mut segment::Segment, p: *mut u8) {
-        // SAFETY: the caller guarantees seg is live.
-        unsafe {
-            if segment_of(p) != seg {
-                // Outside the user address space (see segment::map_slot).
-                os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
-            } else if (*seg).kind == SegmentKind::Huge && is_block_start(seg, p) {
-                heap::free_slow(seg, p)
-            } else {
-                os::report_pointer("free", "invalid pointer (not the start of a hakmem block)", p);
-            }
-        }
     }
 }

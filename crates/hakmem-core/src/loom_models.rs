@@ -146,7 +146,7 @@ fn parked_page_notifies_on_first_remote_free() {
 /// it empties the segment, which is unmapped (no segment cache under loom).
 fn large_block_of_this_thread() -> (*mut Heap, SendPtr<u8>) {
     let heap = crate::thread::init_heap();
-    let (p, _) = heap::alloc_large(100_000);
+    let (p, _) = crate::alloc::alloc_large(100_000);
     assert!(!p.is_null());
     (heap, SendPtr(p))
 }
@@ -157,7 +157,7 @@ fn free_remotely(p: SendPtr<u8>) -> loom::thread::JoinHandle<()> {
     thread::spawn(move || {
         let p = p.0;
         // SAFETY: p is a live block of this allocator, freed once, here.
-        unsafe { heap::free_slow(segment::segment_of(p), p) };
+        unsafe { crate::free::free_slow(segment::segment_of(p), p) };
     })
 }
 
@@ -173,9 +173,9 @@ fn block_came_back(p: SendPtr<u8>) {
         if !(*seg).is_mapped() {
             return;
         }
-        assert_eq!(segment::abandoned_count(), 1, "a mapped segment was abandoned");
+        assert_eq!(crate::arena::abandoned_count(), 1, "a mapped segment was abandoned");
         let heap = crate::thread::init_heap();
-        let found = heap::segment_acquire(heap, 1);
+        let found = crate::abandon::segment_acquire(heap, 1);
         assert_eq!(found, seg, "the abandoned segment is reclaimed");
         assert_eq!((*seg).used_pages, 0, "the block came back and its page was released");
     }
@@ -194,7 +194,7 @@ fn remote_free_notify_racing_owner_exit_touches_no_unmapped_segment() {
         // This thread exits (as thread::thread_exit does).
         crate::thread::set_heap(heap::EXITED_HEAP.get());
         // SAFETY: owner is this thread's heap, no longer used by it.
-        unsafe { heap::heap_abandon(owner) };
+        unsafe { crate::abandon::heap_abandon(owner) };
         freer.join().unwrap();
         block_came_back(p);
     });
@@ -209,17 +209,17 @@ fn remote_free_notify_racing_reclaim_touches_no_unmapped_segment() {
         let (owner, p) = large_block_of_this_thread();
         crate::thread::set_heap(heap::EXITED_HEAP.get());
         // SAFETY: owner is this thread's heap, no longer used by it.
-        unsafe { heap::heap_abandon(owner) };
-        assert_eq!(segment::abandoned_count(), 1);
+        unsafe { crate::abandon::heap_abandon(owner) };
+        assert_eq!(crate::arena::abandoned_count(), 1);
         let freer = free_remotely(p);
         let reclaimer = thread::spawn(move || {
             let heap = crate::thread::init_heap();
             // SAFETY: heap is this thread's; it reclaims the abandoned
             // segment (the only one), then exits.
             unsafe {
-                assert!(!heap::segment_acquire(heap, 1).is_null());
+                assert!(!crate::abandon::segment_acquire(heap, 1).is_null());
                 crate::thread::set_heap(heap::EXITED_HEAP.get());
-                heap::heap_abandon(heap);
+                crate::abandon::heap_abandon(heap);
             }
         });
         freer.join().unwrap();
@@ -248,10 +248,10 @@ fn remote_free_into_a_parked_page_always_reaches_its_live_owner() {
         let (owner, p) = large_block_of_this_thread();
         let freer = free_remotely(p);
         // SAFETY: owner is this thread's heap.
-        unsafe { heap::take_notifications(owner) };
+        unsafe { crate::remote::take_notifications(owner) };
         freer.join().unwrap();
         // SAFETY: as above.
-        unsafe { heap::take_notifications(owner) };
+        unsafe { crate::remote::take_notifications(owner) };
         assert!(page_released(p), "the owner's slow path took the block in");
     });
 }
@@ -265,12 +265,12 @@ fn remote_free_into_a_reclaimed_parked_page_always_reaches_the_reclaimer() {
         let (owner, p) = large_block_of_this_thread();
         crate::thread::set_heap(heap::EXITED_HEAP.get());
         // SAFETY: owner is this thread's heap, no longer used by it.
-        unsafe { heap::heap_abandon(owner) };
+        unsafe { crate::abandon::heap_abandon(owner) };
         let freer = free_remotely(p);
         let reclaimer = thread::spawn(|| {
             let heap = crate::thread::init_heap();
             // SAFETY: heap is this thread's.
-            unsafe { assert!(!heap::segment_acquire(heap, 1).is_null()) };
+            unsafe { assert!(!crate::abandon::segment_acquire(heap, 1).is_null()) };
             SendPtr(heap)
         });
         freer.join().unwrap();
@@ -278,7 +278,7 @@ fn remote_free_into_a_reclaimed_parked_page_always_reaches_the_reclaimer() {
         // The reclaimer's next slow path (its thread is done: this thread
         // stands in for it, as a thread's heap is only ever its own).
         // SAFETY: the reclaimer's thread has finished; nobody else uses it.
-        unsafe { heap::take_notifications(heap.0) };
+        unsafe { crate::remote::take_notifications(heap.0) };
         assert!(page_released(p), "the reclaimer took the block in");
     });
 }

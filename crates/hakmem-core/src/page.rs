@@ -1,4 +1,5 @@
-//! Page metadata: a run of equal-sized blocks and its two free lists.
+//! Page metadata: a run of equal-sized blocks, its two free lists, and the
+//! states a page goes through.
 //!
 //! A page is one or more contiguous 64 KiB units of a segment (a *span*),
 //! described by the `Page` at the index of its first unit in the segment
@@ -19,8 +20,51 @@
 //!   `free` empty (the usual case when the owner collects) the stack simply
 //!   becomes `free`. Its two low bits are the parking protocol (below).
 //!
-//! Parking (the state of `remote_free`'s low bits; block addresses are 16
-//! byte aligned, so they never use them):
+//! Blocks are carved lazily (`extend`), a few KiB at a time, so memory that
+//! is never allocated is never touched.
+//!
+//! # A page's states
+//!
+//! This is the one description of a page's life; the heap's modules
+//! (`page_queue`, `refill`, `free`, `remote`, `abandon`, `purge`) move a
+//! page between these states and name them in their comments. What tells
+//! them apart is `in_use`, `flags` (`PAGE_IN_FULL`), `local_owner`, the two
+//! low bits of `remote_free`, and whether the segment has an owner heap
+//! (`Segment::heap`):
+//!
+//! | state | `in_use` | `flags` | `local_owner` | `remote_free` low bits | where it is |
+//! | --- | --- | --- | --- | --- | --- |
+//! | *free* | false | 0 | 0 | 0 | its units are free in the segment's `free_units`; `carved` is 0, so no pointer into it passes `is_block_start` |
+//! | *queued* | true | 0 | the owner heap | 0, or `NOTIFYING` until the pusher that ended its parking has told the owner | in the owner's queue of its class; the fast paths allocate from it and free into it |
+//! | *parked* | true | `PAGE_IN_FULL` | 0 | `FULL_NOTIFY`, then `NOTIFYING` while the first remote pusher tells the owner | in no queue: the owner found no free block in it; every free of its blocks takes the slow path |
+//! | *large* | true | `PAGE_IN_FULL` | 0 | as parked | one block of `LARGE_CLASS`, parked from the start |
+//! | *abandoned* | true | as it was | 0 | as it was | its segment's owner exited (`Segment::heap` null); on the abandoned list |
+//!
+//! ```text
+//!   free ──page_alloc (refill::find_page)────────────────────▶ queued
+//!   free ──page_alloc (alloc::alloc_large)───────────────────▶ large
+//!   queued ──find_page finds no free block; settle───────────▶ parked
+//!   parked ──first remote push; owner's process_notified; settle──▶ queued
+//!   queued, parked, large ──used reaches 0: page_retire, settle,
+//!       sweep; release_span waits for a NOTIFYING pusher first──▶ free
+//!   queued, parked, large ──the owner exits: heap_abandon────▶ abandoned
+//!   abandoned ──reclaim (another heap adopts the segment): settle──▶ queued, parked or free
+//! ```
+//!
+//! `settle` (page_queue.rs) is the one place that decides between queued,
+//! parked and free for an in-use page that is in no queue. The free fast
+//! path's single test, `local_owner == my heap`, is true exactly for a
+//! queued page of the caller's heap.
+//!
+//! `used` counts the blocks not known to the owner to be free: those the
+//! program holds, those waiting on `remote_free`, and those another thread
+//! has freed but still holds in one of its remote batches (remote.rs: they
+//! carry their freed mark, and reach `remote_free` only with their chain).
+//! So a page is empty for its owner only when every block has come back to
+//! `free`, and a page with blocks in a batch stays in use, of its class.
+//!
+//! The low bits of `remote_free` (the parking protocol; block addresses
+//! are 16-byte aligned, so they never use them):
 //!
 //! ```text
 //!   0 ──owner parks the full page (try_set_full_notify)──▶ FULL_NOTIFY
@@ -36,13 +80,12 @@
 //! being released until that pusher is done (`wait_notifier`, called by
 //! every release), as mimalloc's `MI_DELAYED_FREEING` state does. At most
 //! one notifier is at work per page: only `FULL_NOTIFY` starts one, and it
-//! cannot be set again while `NOTIFYING` is.
-//! Blocks are carved lazily (`extend`), a few KiB at a time, so memory that
-//! is never allocated is never touched.
+//! cannot be set again while `NOTIFYING` is. A pusher into an abandoned
+//! parked page notifies the segment only (no heap); the reclaimer takes
+//! every page in and sets `FULL_NOTIFY` again on those it parks.
 //!
 //! Invariant (owner's view, checked by `is_valid`):
-//! `used == capacity - |free|`, where blocks sitting in `remote_free` still
-//! count as used until the owner collects them.
+//! `used == capacity - |free|`, `used` counting as above.
 //!
 //! Zeroed memory: a block that was carved and never handed out has its
 //! `freed` word still 0 (every free writes the mark there), so when the
@@ -84,10 +127,10 @@ pub(crate) const FULL_NOTIFY: usize = 1;
 /// telling the owner; the page must not be released until it is done.
 const NOTIFYING: usize = 2;
 
-/// `remote_free` bits from here up count the blocks on the stack. User
-/// addresses stay below 2^47 on x86-64 Linux (the segment map relies on it
-/// too) and a span holds at most 4096 blocks (64 KiB of 16-byte blocks;
-/// medium spans hold fewer), so neither field reaches the other.
+/// `remote_free` bits from here up count the blocks on the stack. hakmem's
+/// blocks lie below 2^48 (the address spaces the segment map covers:
+/// segment_map.rs) and a span holds at most 4096 blocks (64 KiB of 16-byte
+/// blocks; medium spans hold fewer), so neither field reaches the other.
 const REMOTE_COUNT_SHIFT: u32 = 48;
 
 /// The bits of `remote_free` that hold the stack's top block.
@@ -162,11 +205,12 @@ pub(crate) struct Page {
     /// page is released, 0, which cannot happen while the block is live.
     /// For a pointer that is not a live block the check is best effort.
     pub(crate) carved: AtomicU64,
-    /// `PAGE_IN_FULL` or 0.
+    /// `PAGE_IN_FULL` (parked or large) or 0 (queued, free): see "A page's
+    /// states" in the module doc.
     pub(crate) flags: u8,
     /// Size class, or `LARGE_CLASS`.
     pub(crate) class: u8,
-    /// Whether the page is allocated (a span head in use).
+    /// Whether the page is allocated (a span head in use; false: *free*).
     pub(crate) in_use: bool,
     /// The span was fresh (zeroed) OS memory when the page was initialised:
     /// a block never handed out since is zero but for its link word.
@@ -180,7 +224,9 @@ pub(crate) struct Page {
     // other threads push on (one line moves per remote free, as in mimalloc).
     /// Free blocks: malloc pops, the owner's free pushes (fast paths).
     pub(crate) free: *mut Block,
-    /// Blocks handed out and not yet known (to the owner) to be free.
+    /// Blocks handed out and not yet known (to the owner) to be free: also
+    /// those on `remote_free` and in other threads' remote batches (see
+    /// "A page's states" in the module doc).
     pub(crate) used: u32,
     /// Blocks carved so far.
     pub(crate) capacity: u32,

@@ -14,7 +14,7 @@
 //! pages stop counting until they are handed out again.
 
 use crate::class::CLASS_COUNT;
-use crate::os::{self, OsCounters, Writer};
+use crate::os::{self, Line, OsCounters, StackText};
 use crate::sync::{plain::AtomicUsize, Ordering};
 
 /// Index of the large-block row in per-class tables (after the classes).
@@ -166,8 +166,8 @@ pub fn stats() -> Stats {
         os: os::os_counters(),
         heaps_in_use: HEAPS_IN_USE.load(Ordering::Relaxed),
         segments_mapped: SEGMENTS_MAPPED.load(Ordering::Relaxed),
-        segments_cached: crate::segment::cached_count(),
-        segments_abandoned: crate::segment::abandoned_count(),
+        segments_cached: crate::arena::cached_count(),
+        segments_abandoned: crate::arena::abandoned_count(),
         pages_in_use: PAGES_IN_USE.load(Ordering::Relaxed),
         huge_in_use: HUGE_IN_USE.load(Ordering::Relaxed),
         large_allocs: LARGE_ALLOCS.load(Ordering::Relaxed),
@@ -183,9 +183,8 @@ pub fn stats() -> Stats {
 /// Prints the report (a table) to stderr, without allocating.
 pub fn print_stats() {
     let s = stats();
-    let mut buf = [0u8; 512];
-    let mut line = |parts: &[(&str, u64)]| {
-        let mut w = Writer::new(&mut buf);
+    let line = |parts: &[(&str, u64)]| {
+        let mut w = Line::new();
         w.push(b"hakmem:");
         for (name, value) in parts {
             w.push(b" ");
@@ -194,8 +193,7 @@ pub fn print_stats() {
             w.push_u64(*value);
         }
         w.push(b"\n");
-        let n = w.len();
-        os::write_stderr(&buf[..n]);
+        w.write();
     };
     line(&[
         ("committed_kib", (s.committed_bytes >> 10) as u64),
@@ -225,7 +223,7 @@ pub fn print_stats() {
             if s.allocs[row] == 0 && s.frees[row] == 0 {
                 continue;
             }
-            let mut w = Writer::new(&mut buf);
+            let mut w = Line::new();
             w.push(b"hakmem: ");
             match row {
                 LARGE_ROW => w.push(b"large - "),
@@ -241,8 +239,7 @@ pub fn print_stats() {
             w.push(b" ");
             w.push_u64(s.frees[row] as u64);
             w.push(b"\n");
-            let n = w.len();
-            os::write_stderr(&buf[..n]);
+            w.write();
         }
     }
 }
@@ -252,8 +249,7 @@ pub fn print_stats() {
 /// written then). Allocates nothing.
 pub fn stats_json(out: &mut [u8]) -> usize {
     let s = stats();
-    let mut tmp = [0u8; 4096];
-    let mut w = Writer::new(&mut tmp);
+    let mut w = StackText::<4096>::new();
     let fields: [(&str, usize); 15] = [
         ("committed_bytes", s.committed_bytes),
         ("peak_committed_bytes", s.peak_committed_bytes),
@@ -294,11 +290,11 @@ pub fn stats_json(out: &mut [u8]) -> usize {
         w.push(b"]");
     }
     w.push(b"}");
-    let n = w.len();
-    if n <= out.len() {
-        out[..n].copy_from_slice(&tmp[..n]);
+    let text = w.as_bytes();
+    if text.len() <= out.len() {
+        out[..text.len()].copy_from_slice(text);
     }
-    n
+    text.len()
 }
 
 /// `atexit` hook for `HAKMEM_STATS=1`.

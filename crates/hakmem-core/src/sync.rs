@@ -80,10 +80,10 @@ pub(crate) fn spin_hint() {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Window {
     /// A remote free has pushed its blocks and is about to tell the owner
-    /// (`segment::remote_push`).
+    /// (`remote::push_chain`).
     RemoteNotify,
     /// A huge block's mapping has been moved by `mremap`; the segment map
-    /// is about to learn the new address (`segment::huge_realloc`). The
+    /// is about to learn the new address (`huge::huge_realloc`). The
     /// argument is the old header's address.
     HugeRemap(usize),
 }
@@ -121,10 +121,7 @@ mod windows {
     pub(super) fn enter(window: Window) {
         match HOOK.try_with(|h| h.get()).ok().flatten() {
             Some(hook) => hook(window),
-            // SAFETY: sched_yield has no preconditions.
-            None => unsafe {
-                libc::sched_yield();
-            },
+            None => crate::os::yield_now(),
         }
     }
 }

@@ -1,22 +1,18 @@
-//! Thread binding: the thread-local heap pointer and the thread-exit hook.
+//! Thread binding: which heap the calling thread uses, its set-up on the
+//! first allocation, the thread-exit hook, and `fork`.
 //!
-//! The heap pointer lives in one 8-byte thread-local slot, accessed with the
-//! *initial-exec* TLS model (`mov reg, [rip + slot@GOTTPOFF]; mov reg,
-//! fs:[reg]`), written in inline assembly so it is the same two instructions
-//! in an executable, in `libhakmem.so` loaded with `LD_PRELOAD`, and in a
-//! static library — on stable Rust, without `std`. A `thread_local!` in a
-//! cdylib would use the general-dynamic model (a call to `__tls_get_addr` on
-//! every malloc and free); docs/DESIGN.md has the measurement. The slot is
-//! initialised to the static empty heap, so the fast path never asks
-//! "initialised?": it misses into the slow path, which calls `init_heap`.
+//! The heap pointer itself is the processor's business (arch/: a TLS slot
+//! read with two instructions on x86-64, a thread key elsewhere). It starts
+//! at the static empty heap, so the fast path never asks "initialised?": it
+//! misses into the slow path, which calls `init_heap`.
 //!
-//! Thread exit is caught with a pthread key destructor (glibc's
+//! Thread exit is caught with a thread key destructor (glibc's
 //! `pthread_key_create` and `pthread_setspecific` for the first keys do not
 //! allocate). The destructor abandons the heap's segments for other threads
 //! to reclaim, and leaves the slot pointing at the static *exited* heap: an
 //! allocation after that (by another library's key destructor that runs
 //! after ours) is served by a heap made for that one allocation and
-//! abandoned at once (`heap::alloc_after_exit`), because glibc runs no
+//! abandoned at once (`alloc::alloc_after_exit`), because glibc runs no
 //! destructor round after its last one and a heap registered then would
 //! never be given up. `fork` is made safe by holding every global lock
 //! across it.
@@ -24,64 +20,28 @@
 //! Under loom the slot is a `loom::thread_local!` and there is no key, no
 //! exit hook and no fork: the models call `heap_abandon` themselves.
 //!
-//! Limits: initial-exec TLS comes from the static TLS surplus when the
-//! library is `dlopen`ed after start-up; 8 bytes fit easily, but a process
-//! that has exhausted it will fail to load libhakmem.so (as with mimalloc).
+//! Limits: the x86-64 binding's default TLS model (initial-exec) takes the
+//! slot from the static TLS block; see arch/x86_64.rs and the `dlopen-tls`
+//! feature (docs/CONFIG.md) for libraries loaded with `dlopen`.
 
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-compile_error!("hakmem-core supports x86_64 Linux only for now (its TLS binding is x86-64 assembly)");
-
-use crate::heap::{self, Heap, EMPTY_HEAP, EXITED_HEAP};
-use crate::segment;
+#[cfg(hakmem_loom)]
+use crate::heap::EMPTY_HEAP;
+use crate::heap::{self, Heap, EXITED_HEAP};
 use crate::sync::{plain::AtomicUsize, Ordering};
+use crate::{arch, arena, os};
 use core::ffi::c_void;
-
-#[cfg(not(hakmem_loom))]
-core::arch::global_asm!(
-    ".pushsection .tdata,\"awT\",@progbits",
-    ".balign 8",
-    ".globl hakmem_core_0_1_thread_heap",
-    ".hidden hakmem_core_0_1_thread_heap",
-    ".type hakmem_core_0_1_thread_heap, @object",
-    ".size hakmem_core_0_1_thread_heap, 8",
-    "hakmem_core_0_1_thread_heap:",
-    ".quad {empty}",
-    ".popsection",
-    empty = sym EMPTY_HEAP,
-);
 
 /// The calling thread's heap (the static empty heap until its first allocation).
 #[cfg(not(hakmem_loom))]
 #[inline(always)]
 pub(crate) fn heap() -> *mut Heap {
-    let heap: *mut Heap;
-    // SAFETY: reads this thread's TLS slot defined above via the
-    // initial-exec sequence; it touches no other memory and no flags.
-    unsafe {
-        core::arch::asm!(
-            "mov {h}, qword ptr [rip + hakmem_core_0_1_thread_heap@GOTTPOFF]",
-            "mov {h}, qword ptr fs:[{h}]",
-            h = out(reg) heap,
-            options(nostack, preserves_flags, readonly),
-        );
-    }
-    heap
+    arch::thread_heap()
 }
 
 /// Points the calling thread's slot at `heap`.
 #[cfg(not(hakmem_loom))]
 pub(crate) fn set_heap(heap: *mut Heap) {
-    // SAFETY: writes this thread's TLS slot defined above via the
-    // initial-exec sequence; it touches no other memory and no flags.
-    unsafe {
-        core::arch::asm!(
-            "mov {t}, qword ptr [rip + hakmem_core_0_1_thread_heap@GOTTPOFF]",
-            "mov qword ptr fs:[{t}], {h}",
-            t = out(reg) _,
-            h = in(reg) heap,
-            options(nostack, preserves_flags),
-        );
-    }
+    arch::set_thread_heap(heap)
 }
 
 #[cfg(hakmem_loom)]
@@ -117,8 +77,49 @@ const INIT_RUNNING: usize = 1;
 const INIT_DONE: usize = 2;
 #[cfg(not(hakmem_loom))]
 static PROCESS_INIT: AtomicUsize = AtomicUsize::new(INIT_NONE);
+
+/// The thread key whose destructor is the thread-exit hook (and, for the
+/// portable binding, the heap slot itself): 0 until it is created, else
+/// the key plus 1.
 #[cfg(not(hakmem_loom))]
-static mut THREAD_KEY: libc::pthread_key_t = 0;
+static THREAD_KEY: AtomicUsize = AtomicUsize::new(0);
+
+/// The thread-exit key, created on first use (None when the system has no
+/// key left).
+#[cfg(not(hakmem_loom))]
+pub(crate) fn thread_key() -> Option<os::ThreadKey> {
+    thread_key_if_created().or_else(create_thread_key)
+}
+
+/// The thread-exit key if it has been created.
+#[cfg(not(hakmem_loom))]
+#[inline(always)]
+pub(crate) fn thread_key_if_created() -> Option<os::ThreadKey> {
+    // Acquire: pairs with the AcqRel CAS in `create_thread_key`, so the
+    // key's creation happens before this thread uses it.
+    match THREAD_KEY.load(Ordering::Acquire) {
+        0 => None,
+        k => Some((k - 1) as os::ThreadKey),
+    }
+}
+
+/// Creates the key; when another thread has published one first, gives
+/// this one back and uses that. Allocates nothing (`pthread_key_create`).
+#[cfg(not(hakmem_loom))]
+#[cold]
+#[inline(never)]
+fn create_thread_key() -> Option<os::ThreadKey> {
+    let key = os::thread_key_create(thread_exit)?;
+    // AcqRel: publishes the key (Release) to `thread_key_if_created`, and
+    // reads a winner's (Acquire) on failure.
+    match THREAD_KEY.compare_exchange(0, key as usize + 1, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(key),
+        Err(winner) => {
+            os::thread_key_delete(key);
+            Some((winner - 1) as os::ThreadKey)
+        }
+    }
+}
 
 /// Gives the calling thread a heap (slow path of its first allocation).
 /// Returns null when no memory for it can be had.
@@ -133,15 +134,23 @@ pub(crate) fn init_heap() -> *mut Heap {
     // Installed first: anything below that allocates (glibc's atfork
     // registration, a second-level key array) finds this heap.
     set_heap(heap);
+    if self::heap() != heap {
+        // No slot to be had (the portable binding found no thread key).
+        // SAFETY: the heap was made above, and nothing refers to it.
+        unsafe { crate::abandon::heap_abandon(heap) };
+        return core::ptr::null_mut();
+    }
     process_init();
-    // SAFETY: THREAD_KEY was created by process_init, which has completed.
-    unsafe { libc::pthread_setspecific(THREAD_KEY, heap as *const c_void) };
+    if let Some(key) = thread_key() {
+        os::thread_key_set(key, heap as *mut c_void);
+    }
     heap
 }
 
 #[cfg(not(hakmem_loom))]
 fn process_init() {
-    // Acquire: pairs with the Release store of INIT_DONE below, so THREAD_KEY is visible.
+    // Acquire: pairs with the Release store of INIT_DONE below, so the
+    // secret (`secure`) is visible.
     if PROCESS_INIT.load(Ordering::Acquire) == INIT_DONE {
         return;
     }
@@ -149,18 +158,13 @@ fn process_init() {
         .compare_exchange(INIT_NONE, INIT_RUNNING, Ordering::Acquire, Ordering::Acquire)
         .is_ok()
     {
-        // SAFETY: only this thread writes THREAD_KEY (INIT_RUNNING is ours);
-        // readers wait for INIT_DONE. The handlers are valid for the process.
-        unsafe {
-            #[cfg(feature = "secure")]
-            crate::page::SECRET.store(crate::os::random_usize(), Ordering::Relaxed);
-            libc::pthread_key_create(&raw mut THREAD_KEY, Some(thread_exit));
-            libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
-            if crate::config::config().stats {
-                libc::atexit(crate::stats::print_at_exit);
-            }
+        #[cfg(feature = "secure")]
+        crate::page::SECRET.store(crate::os::random_usize(), Ordering::Relaxed);
+        os::at_fork(fork_prepare, fork_parent, fork_child);
+        if crate::config::config().stats {
+            os::at_exit(crate::stats::print_at_exit);
         }
-        // Release: publishes THREAD_KEY to the Acquire loads above and below.
+        // Release: publishes the secret to the Acquire loads above and below.
         PROCESS_INIT.store(INIT_DONE, Ordering::Release);
     } else {
         while PROCESS_INIT.load(Ordering::Acquire) != INIT_DONE {
@@ -169,7 +173,9 @@ fn process_init() {
     }
 }
 
-/// pthread key destructor: the thread is exiting.
+/// Thread key destructor: the thread is exiting (`value` is its heap), or
+/// — the portable binding, whose slot is this key — a later destructor
+/// round found the exited heap there, which glibc has just cleared.
 #[cfg(not(hakmem_loom))]
 extern "C" fn thread_exit(value: *mut c_void) {
     let heap = value as *mut Heap;
@@ -177,26 +183,32 @@ extern "C" fn thread_exit(value: *mut c_void) {
     // allocation is served by a heap made and abandoned for it alone (see
     // the module doc).
     set_heap(EXITED_HEAP.get());
+    if heap == EXITED_HEAP.get() {
+        return;
+    }
     // SAFETY: the key's value is the heap this thread created in init_heap,
     // used by no other thread.
-    unsafe { heap::heap_abandon(heap) };
+    unsafe { crate::abandon::heap_abandon(heap) };
 }
 
 #[cfg(not(hakmem_loom))]
 extern "C" fn fork_prepare() {
+    arch::fork_lock();
     heap::pool_lock();
-    segment::lock_all();
+    arena::lock_all();
 }
 
 #[cfg(not(hakmem_loom))]
 extern "C" fn fork_parent() {
-    segment::unlock_all();
+    arena::unlock_all();
     heap::pool_unlock();
+    arch::fork_unlock();
 }
 
 #[cfg(not(hakmem_loom))]
 extern "C" fn fork_child() {
-    segment::unlock_all();
+    arena::unlock_all();
     heap::pool_unlock();
-    heap::fork_child_repair();
+    arch::fork_unlock();
+    crate::remote::fork_child_repair();
 }

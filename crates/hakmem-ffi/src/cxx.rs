@@ -84,7 +84,7 @@ extern "C" fn alloc_aligned(size: usize, align: usize) -> *mut c_void {
 /// calling `_Znwm` itself, or a static program that never linked
 /// `std::__throw_bad_alloc`). Reported and fatal, never a null return.
 extern "C" fn no_runtime(size: usize, align: usize) -> ! {
-    let mut line = crate::stderr::Line::new();
+    let mut line = hakmem_core::Line::new();
     line.push(b"hakmem: operator new(): out of memory for ");
     line.push_usize(size);
     line.push(b" bytes (alignment ");

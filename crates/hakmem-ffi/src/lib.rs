@@ -44,8 +44,6 @@ mod cxx;
 mod mallinfo;
 /// cbindgen:ignore
 mod overrides;
-// Formats diagnostics and malloc_info's lines without allocating.
-mod stderr;
 
 use core::ffi::{c_char, c_int, c_void};
 
@@ -166,7 +164,7 @@ pub unsafe extern "C" fn hakmem_stats_json(buf: *mut c_char, size: usize) -> usi
 #[cfg(all(panic = "abort", not(test)))]
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
-    let mut line = stderr::Line::new();
+    let mut line = hakmem_core::Line::new();
     line.push(b"hakmem: internal error (Rust panic)");
     if let Some(location) = info.location() {
         line.push(b" at ");

@@ -16,8 +16,8 @@
 //!
 //! Nothing here allocates; `malloc_info` writes through stdio, which may.
 
-use crate::stderr::Line;
 use core::ffi::{c_int, c_void};
+use hakmem_core::Line;
 
 /// glibc's `struct mallinfo2` (`<malloc.h>`, glibc >= 2.33).
 #[repr(C)]

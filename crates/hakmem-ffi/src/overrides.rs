@@ -34,9 +34,9 @@
 //! The module is kept out of `include/hakmem.h` (`cbindgen:ignore` on its
 //! declaration): the system headers already declare these functions.
 
-use crate::stderr::Line;
 use core::ffi::{c_int, c_void};
 use core::ptr;
+use hakmem_core::Line;
 use hakmem_core::MIN_ALIGN;
 
 /// The OS page size on x86-64 Linux: what `valloc` and `pvalloc` align to.

@@ -1,0 +1,245 @@
+//! Allocation from the thread heap: the fast paths (`alloc_small`, `alloc`,
+//! `alloc_zeroed`, inlined into the front in lib.rs), their slow-path
+//! entries, large blocks (a span of whole pages holding one block), and the
+//! allocations of a thread that has exited.
+//!
+//! The fast path touches only the owner's heap and page: no lock, no atomic
+//! read-modify-write. A miss — an empty page, the static empty or exited
+//! heap, the heartbeat running out — goes to `refill` (refill.rs), which
+//! does the heap's duties and finds a page with a free block.
+
+use crate::abandon::heap_abandon;
+use crate::class::{self, CLASS_COUNT, LARGE_CLASS};
+use crate::heap::{current_or_init, heap_new, Heap, EXITED_HEAP};
+use crate::os;
+use crate::page::{Block, Page, PAGE_IN_FULL};
+use crate::refill::{page_alloc, refill};
+use crate::segment::PAGE_SIZE;
+use crate::stats;
+use crate::thread;
+use core::ptr;
+
+/// Fast-path allocations between two forced slow-path calls. Owner frees
+/// refill the page they came from (LIFO), so a thread in a steady state may
+/// never run dry and reach the slow path by itself; this countdown makes
+/// sure its slow-path duties (remote-free notifications, the clock, delayed
+/// purges) still run. One decrement per malloc; at 1024 the forced slow
+/// path costs well under one instruction per allocation.
+pub(crate) const HEARTBEAT_ALLOCS: u32 = 1024;
+
+/// Allocates a block of `size <= SMALL_SIZE_MAX` bytes from `heap`: one
+/// table load less than `alloc` (the direct page is indexed by size).
+///
+/// The budget: the C `malloc` of a small size is 17 instructions on a hit,
+/// `ret` included, no stack frame (libhakmem.so, disassembled): the size
+/// test (2), the heap from TLS (2), the direct page by size (3), its free
+/// head and a test (3), the heartbeat (2), the pop, the freed mark cleared
+/// and `used += 1` (4).
+///
+/// # Safety
+/// `heap` must be the calling thread's heap.
+#[inline(always)]
+pub(crate) unsafe fn alloc_small(heap: *mut Heap, size: usize) -> *mut u8 {
+    debug_assert!(size <= class::SMALL_SIZE_MAX);
+    // SAFETY: heap is this thread's heap; small_index(size) < SMALL_DIRECT_LEN;
+    // direct pages are valid (ours or the static empty page); a page with a
+    // block is never the empty page, so heap is a real one when written.
+    unsafe {
+        let page = *(*heap).direct_small.get_unchecked(class::small_index(size));
+        let block = (*page).free;
+        if !block.is_null() && heartbeat(heap) {
+            (*page).free = (*page).next_of(block);
+            (*block).freed = 0;
+            (*page).on_alloc(block as *const u8);
+            (*page).used += 1;
+            (*heap).counts.count_alloc(class::class_of(size));
+            return block as *mut u8;
+        }
+        alloc_small_slow(heap, size)
+    }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn alloc_small_slow(heap: *mut Heap, size: usize) -> *mut u8 {
+    // SAFETY: forwarded from alloc_small.
+    unsafe { alloc_slow(heap, class::class_of(size)) }
+}
+
+/// Allocates a block of `class` from `heap`.
+///
+/// The fast path is `alloc_small`'s with the class looked up in a table
+/// first: 21 instructions for the C `malloc` of a medium size on a hit
+/// (the class by table: 3 more, and a second size test).
+///
+/// # Safety
+/// `heap` must be the calling thread's heap.
+#[inline(always)]
+pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize) -> *mut u8 {
+    debug_assert!(class < CLASS_COUNT);
+    // SAFETY: heap is this thread's heap; class < CLASS_COUNT (it comes from
+    // the class table); direct pages are valid (a page of this heap or the
+    // static empty page, whose free list is null: so heap is a real one
+    // when `heartbeat` writes it).
+    unsafe {
+        let page = *(*heap).direct.get_unchecked(class);
+        let block = (*page).free;
+        if !block.is_null() && heartbeat(heap) {
+            (*page).free = (*page).next_of(block);
+            (*block).freed = 0;
+            (*page).on_alloc(block as *const u8);
+            (*page).used += 1;
+            (*heap).counts.count_alloc(class);
+            return block as *mut u8;
+        }
+    }
+    // SAFETY: as above.
+    unsafe { alloc_slow(heap, class) }
+}
+
+/// Counts down one fast-path allocation; false when the heartbeat is due
+/// (the caller then takes the slow path, which restarts the countdown).
+///
+/// # Safety
+/// `heap` must be the calling thread's heap, not the static empty heap.
+#[inline(always)]
+unsafe fn heartbeat(heap: *mut Heap) -> bool {
+    // SAFETY: the caller guarantees heap is its own, writable heap.
+    unsafe {
+        (*heap).heartbeat = (*heap).heartbeat.wrapping_sub(1);
+        (*heap).heartbeat != 0
+    }
+}
+
+/// Allocates `size <= MEDIUM_SIZE_MAX` bytes of `class`, zeroed. A block
+/// carved from fresh OS memory and never handed out is known to be zero
+/// but for its link word (`Page::pop_fresh`), so only that word is cleared.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap; `class` is `size`'s class (or
+/// a larger one).
+pub(crate) unsafe fn alloc_zeroed(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
+    debug_assert!(class < CLASS_COUNT && size <= class::BLOCK_SIZE[class]);
+    // SAFETY: as in `alloc`: the direct page is valid; the heartbeat counts
+    // calloc's hits too (a page with a block is never the empty page, so
+    // heap is a real one when written).
+    unsafe {
+        let page = *(*heap).direct.get_unchecked(class);
+        if (*page).free.is_null() || !heartbeat(heap) {
+            return alloc_zeroed_slow(heap, class, size);
+        }
+        zeroed_from(heap, page, class, size)
+    }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn alloc_zeroed_slow(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
+    if heap == EXITED_HEAP.get() {
+        // SAFETY: inside, thread::heap() is the heap made for this call.
+        return alloc_after_exit(|| unsafe { alloc_zeroed(thread::heap(), class, size) }, ptr::null_mut());
+    }
+    // SAFETY: forwarded from alloc_zeroed; refill returns this thread's
+    // heap and a page of it with a free block (checked for null).
+    unsafe {
+        let (heap, page) = refill(heap, class);
+        if page.is_null() {
+            return ptr::null_mut();
+        }
+        zeroed_from(heap, page, class, size)
+    }
+}
+
+/// Pops a block of `page` (which has one) for `calloc` and clears what may
+/// not be zero: only the link word of a block fresh from the OS.
+///
+/// # Safety
+/// `page` must be a page of `heap`, the calling thread's, with a free block.
+#[inline(always)]
+unsafe fn zeroed_from(heap: *mut Heap, page: *mut Page, class: usize, size: usize) -> *mut u8 {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        (*heap).counts.count_alloc(class);
+        let (p, fresh) = (*page).pop_fresh();
+        let dirty = if fresh {
+            size.min(core::mem::size_of::<usize>())
+        } else {
+            size
+        };
+        ptr::write_bytes(p, 0, dirty);
+        p
+    }
+}
+
+/// An allocation by a thread whose heap was abandoned when it exited (a
+/// later pthread-key destructor of another library called malloc): served
+/// by a heap made for this one allocation and abandoned right after it, so
+/// nothing stays owned by a thread that is gone (glibc runs no destructor
+/// round after its last, so a heap registered with our key then would never
+/// be given up). `fail` is what to return when no heap can be had.
+#[cold]
+#[inline(never)]
+fn alloc_after_exit<T>(alloc: impl FnOnce() -> T, fail: T) -> T {
+    let heap = heap_new();
+    if heap.is_null() {
+        os::set_errno(os::ENOMEM);
+        return fail;
+    }
+    thread::set_heap(heap);
+    let result = alloc();
+    thread::set_heap(EXITED_HEAP.get());
+    // SAFETY: the heap was made above for this call alone, and the thread's
+    // slot no longer names it.
+    unsafe { heap_abandon(heap) };
+    result
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn alloc_slow(heap: *mut Heap, class: usize) -> *mut u8 {
+    if heap == EXITED_HEAP.get() {
+        // SAFETY: inside, thread::heap() is the heap made for this call.
+        return alloc_after_exit(|| unsafe { alloc_slow(thread::heap(), class) }, ptr::null_mut());
+    }
+    // refill returns this thread's heap and a page of it with a free block.
+    // SAFETY: the caller's guarantee; the page is checked for null before use.
+    unsafe {
+        let (heap, page) = refill(heap, class);
+        if page.is_null() {
+            return ptr::null_mut();
+        }
+        (*heap).counts.count_alloc(class);
+        (*page).pop()
+    }
+}
+
+/// Allocates a large block (`MEDIUM_SIZE_MAX < size <= LARGE_SIZE_MAX`, or
+/// any size up to that with alignment up to `PAGE_SIZE`): a span of whole
+/// pages holding one block. Returns the block and whether it is zeroed.
+pub(crate) fn alloc_large(size: usize) -> (*mut u8, bool) {
+    let heap = current_or_init();
+    if heap.is_null() {
+        return (ptr::null_mut(), false);
+    }
+    if heap == EXITED_HEAP.get() {
+        return alloc_after_exit(|| alloc_large(size), (ptr::null_mut(), false));
+    }
+    let units = (size + crate::page::GUARD_BYTES).div_ceil(PAGE_SIZE).max(1);
+    // SAFETY: heap is this thread's heap.
+    unsafe {
+        let page = page_alloc(heap, LARGE_CLASS, units, units * PAGE_SIZE);
+        if page.is_null() {
+            return (ptr::null_mut(), false);
+        }
+        (*page).capacity = 1;
+        (*page).set_carved(1);
+        (*page).used = 1;
+        (*page).flags = PAGE_IN_FULL;
+        (*((*page).start as *mut Block)).freed = 0;
+        (*heap).counts.count_alloc(stats::LARGE_ROW);
+        stats::large_alloc();
+        let parked = (*page).try_set_full_notify();
+        debug_assert!(parked);
+        ((*page).start, (*page).zero_init)
+    }
+}

@@ -1,0 +1,177 @@
+//! x86-64: the thread's heap pointer in a TLS slot read with two
+//! instructions, and the free fast paths' tests as compares against memory.
+//!
+//! The heap pointer lives in one 8-byte thread-local slot, defined with
+//! `global_asm!` and accessed in inline assembly, so it is the same code in
+//! an executable, in `libhakmem.so` loaded with `LD_PRELOAD`, and in a
+//! static library — on stable Rust, without `std`. The slot is initialised
+//! to the static empty heap, so the fast path never asks "initialised?":
+//! it misses into the slow path, which gives the thread a heap.
+//!
+//! The access sequence is the TLS model:
+//!
+//! * default, *initial-exec*: `mov reg, [rip + slot@GOTTPOFF]; mov reg,
+//!   fs:[reg]`. A `thread_local!` in a cdylib would use the general-dynamic
+//!   model (a call to `__tls_get_addr` on every malloc and free;
+//!   docs/BENCHMARKS.md has the measurement). The slot comes from the
+//!   static TLS block, so a library holding it carries the `STATIC_TLS`
+//!   flag: loaded with `dlopen` after start-up it takes glibc's small
+//!   static-TLS surplus, and fails to load once that is used up.
+//! * feature `dlopen-tls`, *TLS descriptors* (TLSDESC, the "GNU2" dialect):
+//!   `lea rax, [rip + slot@TLSDESC]; call [rax]; mov reg, fs:[rax]`. The
+//!   dynamic linker resolves the descriptor to a two-instruction function
+//!   returning the slot's offset when the module's TLS is in the static
+//!   block (a library loaded at start-up, or one glibc could still fit
+//!   there), and otherwise to one that finds the dynamically allocated
+//!   block; either way no `STATIC_TLS` flag, so `dlopen` never fails for
+//!   it. In an executable the linker relaxes it to the local-exec
+//!   sequence. The call needs the stack, so the fast paths may get a
+//!   frame; docs/BENCHMARKS.md has the cost.
+
+use crate::heap::{Heap, EMPTY_HEAP};
+use crate::page::Page;
+use crate::sync::MapEntry;
+
+core::arch::global_asm!(
+    ".pushsection .tdata,\"awT\",@progbits",
+    ".balign 8",
+    ".globl hakmem_core_0_1_thread_heap",
+    ".hidden hakmem_core_0_1_thread_heap",
+    ".type hakmem_core_0_1_thread_heap, @object",
+    ".size hakmem_core_0_1_thread_heap, 8",
+    "hakmem_core_0_1_thread_heap:",
+    ".quad {empty}",
+    ".popsection",
+    empty = sym EMPTY_HEAP,
+);
+
+/// The calling thread's heap (the static empty heap until its first allocation).
+#[cfg(not(feature = "dlopen-tls"))]
+#[inline(always)]
+pub(crate) fn thread_heap() -> *mut Heap {
+    let heap: *mut Heap;
+    // SAFETY: reads this thread's TLS slot defined above via the
+    // initial-exec sequence; it touches no other memory and no flags.
+    unsafe {
+        core::arch::asm!(
+            "mov {h}, qword ptr [rip + hakmem_core_0_1_thread_heap@GOTTPOFF]",
+            "mov {h}, qword ptr fs:[{h}]",
+            h = out(reg) heap,
+            options(nostack, preserves_flags, readonly),
+        );
+    }
+    heap
+}
+
+/// Points the calling thread's slot at `heap`.
+#[cfg(not(feature = "dlopen-tls"))]
+pub(crate) fn set_thread_heap(heap: *mut Heap) {
+    // SAFETY: writes this thread's TLS slot defined above via the
+    // initial-exec sequence; it touches no other memory and no flags.
+    unsafe {
+        core::arch::asm!(
+            "mov {t}, qword ptr [rip + hakmem_core_0_1_thread_heap@GOTTPOFF]",
+            "mov qword ptr fs:[{t}], {h}",
+            t = out(reg) _,
+            h = in(reg) heap,
+            options(nostack, preserves_flags),
+        );
+    }
+}
+
+/// The calling thread's heap (the static empty heap until its first allocation).
+#[cfg(feature = "dlopen-tls")]
+#[inline(always)]
+pub(crate) fn thread_heap() -> *mut Heap {
+    let heap: *mut Heap;
+    // SAFETY: the TLS descriptor sequence for the slot defined above: the
+    // linker and the dynamic linker fill in the descriptor, whose function
+    // returns the slot's offset from the thread pointer in rax and
+    // preserves every other register (the TLSDESC ABI; it may change the
+    // flags). The call uses the stack (no `nostack`, so the compiler keeps
+    // it aligned and leaves the red zone alone) and may write memory (the
+    // dynamic case allocates the module's TLS block on first use).
+    unsafe {
+        core::arch::asm!(
+            "lea rax, [rip + hakmem_core_0_1_thread_heap@TLSDESC]",
+            "call qword ptr [rax + hakmem_core_0_1_thread_heap@TLSCALL]",
+            "mov rax, qword ptr fs:[rax]",
+            out("rax") heap,
+        );
+    }
+    heap
+}
+
+/// Points the calling thread's slot at `heap`.
+#[cfg(feature = "dlopen-tls")]
+pub(crate) fn set_thread_heap(heap: *mut Heap) {
+    // SAFETY: as in `thread_heap`; the store goes to this thread's slot.
+    unsafe {
+        core::arch::asm!(
+            "lea rax, [rip + hakmem_core_0_1_thread_heap@TLSDESC]",
+            "call qword ptr [rax + hakmem_core_0_1_thread_heap@TLSCALL]",
+            "mov qword ptr fs:[rax], {h}",
+            h = in(reg) heap,
+            out("rax") _,
+        );
+    }
+}
+
+/// `fork` prepare: nothing to hold (the slot is set without a lock).
+pub(crate) fn fork_lock() {}
+
+/// `fork` parent/child: nothing was held.
+pub(crate) fn fork_unlock() {}
+
+/// Whether `page` is queued in `heap` (its `local_owner` is `heap`): the
+/// free fast path's owner test, as one compare against memory and a
+/// branch (a Rust atomic load is not folded into the compare).
+///
+/// # Safety
+/// `page` must point to a valid `Page`.
+#[inline(always)]
+pub(crate) unsafe fn owned_by(page: *const Page, heap: *mut Heap) -> bool {
+    // An aligned x86 load is atomic in hardware, as the Relaxed load it
+    // replaces.
+    // SAFETY: page is valid (caller): the 8 bytes read are `local_owner`'s.
+    unsafe {
+        core::arch::asm!(
+            "cmp qword ptr [{page} + {owner}], {heap}",
+            "jne {other}",
+            page = in(reg) page,
+            owner = const core::mem::offset_of!(Page, local_owner),
+            heap = in(reg) heap,
+            other = label { return false; },
+            options(nostack, readonly),
+        );
+    }
+    true
+}
+
+/// Whether entry `index` of the segment map `map` is set: one compare of
+/// the map byte against memory and a branch. An atomic load in Rust would
+/// be a load, a test and the branch (the compiler does not fold atomic
+/// loads into other instructions); on the checked `free` path that
+/// instruction is worth saving.
+///
+/// # Safety
+/// `map.add(index)` must be an entry of the map.
+#[inline(always)]
+pub(crate) unsafe fn map_entry_is_set(map: *const MapEntry, index: usize) -> bool {
+    // Ordering: an x86 byte load is atomic and has acquire ordering in
+    // hardware, like the Acquire load it replaces (pairs with map_set's
+    // Release store); the asm is not `readonly`, so the compiler moves no
+    // later load above it.
+    // SAFETY: the caller guarantees the byte is the map's.
+    unsafe {
+        core::arch::asm!(
+            "cmp byte ptr [{map} + {slot}], 0",
+            "je {absent}",
+            map = in(reg) map,
+            slot = in(reg) index,
+            absent = label { return false; },
+            options(nostack),
+        );
+    }
+    true
+}

@@ -1,0 +1,167 @@
+//! Where normal segments come from and where they wait: fresh mappings
+//! from the OS (`segment_alloc`), the cache of empty segments
+//! (`segment_free`), and the list of segments abandoned by exited threads
+//! (`abandoned_push`/`abandoned_pop`; reclaim is in abandon.rs).
+//!
+//! Both lists are intrusive stacks through `Segment::next`, under a spin
+//! lock held for a few instructions, never across a system call; `fork`
+//! takes the locks first (`lock_all`). A normal segment is in exactly one
+//! of: its owner heap's list, the abandoned list, the cache.
+
+use crate::config::config;
+use crate::list::{Linked, LockedList};
+use crate::os;
+use crate::page::GUARD_BYTES;
+use crate::purge::GLOBAL_PURGE_AT;
+use crate::segment::{Segment, PAGES_PER_SEGMENT, PAGE_SIZE, SEGMENT_SIZE};
+use crate::segment_map::map_set;
+use crate::stats;
+use crate::sync::{global, Ordering};
+use core::ptr;
+
+/// The test builds that hunt races (`hakmem_race_windows`, loom) keep no
+/// segment and no huge mapping for reuse: every one freed is unmapped, so a
+/// thread that touches one too late faults (or loom reports it) instead of
+/// reading a cached header.
+pub(crate) const NO_CACHES: bool = cfg!(any(hakmem_race_windows, hakmem_loom));
+/// Empty segments kept for reuse before the rest go back to the OS.
+pub(crate) const SEGMENT_CACHE_MAX: usize = if NO_CACHES { 0 } else { 32 };
+
+pub(crate) type SegmentList = LockedList<Segment>;
+
+// SAFETY: `next` is the segment's list link, used by exactly one list at a
+// time (owner list, cache or abandoned list: see the module invariants).
+unsafe impl Linked for Segment {
+    fn next_link(this: *mut Self) -> *mut *mut Self {
+        // SAFETY: this is a valid segment (the trait's contract).
+        unsafe { &raw mut (*this).next }
+    }
+}
+
+global! { pub(crate) static SEGMENT_CACHE: SegmentList = SegmentList::new(); }
+global! { pub(crate) static ABANDONED: SegmentList = SegmentList::new(); }
+
+/// A normal segment for a heap: from the cache, else fresh from the OS.
+/// Returns null when the OS refuses. The caller sets ownership.
+pub(crate) fn segment_alloc() -> *mut Segment {
+    let cached = SEGMENT_CACHE.pop();
+    if !cached.is_null() {
+        // SAFETY: a cached segment is an unowned, mapped segment.
+        unsafe { (*cached).init_normal(false) };
+        return cached;
+    }
+    let p = os::map_aligned(SEGMENT_SIZE, SEGMENT_SIZE, 0) as *mut Segment;
+    if p.is_null() {
+        return p;
+    }
+    advise_thp(p as *mut u8, SEGMENT_SIZE);
+    if cfg!(feature = "secure") {
+        // SAFETY: the last bytes of the fresh segment; never handed out.
+        unsafe { os::protect_none((p as *mut u8).add(SEGMENT_SIZE - GUARD_BYTES), GUARD_BYTES) };
+    }
+    stats::segment_mapped(1);
+    stats::committed(SEGMENT_SIZE as isize);
+    // SAFETY: p is a fresh, zeroed, exclusive 2 MiB mapping.
+    unsafe {
+        Segment::construct(p);
+        (*p).init_normal(true);
+    }
+    map_set(p, true);
+    p
+}
+
+/// Transparent huge pages: on when asked (`HAKMEM_THP=1`); otherwise opted
+/// out where the system would force them (a 2 MiB-aligned segment would get
+/// a huge page on first touch, multiplying RSS for small heaps).
+pub(crate) fn advise_thp(p: *mut u8, size: usize) {
+    let cfg = config();
+    if cfg.thp {
+        os::advise_huge_pages(p, size, true);
+    } else if cfg.system_thp_always {
+        os::advise_huge_pages(p, size, false);
+    }
+}
+
+/// Gives back an empty, unowned normal segment: to the cache (purged after
+/// the delay), or to the OS when the cache is full.
+///
+/// # Safety
+/// `segment` must be an empty normal segment no heap or list refers to.
+pub(crate) unsafe fn segment_free(segment: *mut Segment) {
+    // SAFETY: the caller guarantees exclusivity.
+    let deadline = unsafe {
+        debug_assert_eq!((*segment).used_pages, 0);
+        // Relaxed: no page is in use, so no remote free can read it.
+        (*segment).heap.store(ptr::null_mut(), Ordering::Relaxed);
+        let seg = &mut *segment;
+        seg.schedule_purge(1, PAGES_PER_SEGMENT - 1)
+    };
+    if !SEGMENT_CACHE.push(segment, SEGMENT_CACHE_MAX) {
+        // SAFETY: the segment is unreferenced and was mapped with this size.
+        unsafe { segment_unmap(segment) };
+    } else if deadline != 0 {
+        GLOBAL_PURGE_AT.fetch_min(deadline, Ordering::Relaxed);
+    }
+}
+
+/// Returns an unreferenced normal segment to the OS.
+///
+/// # Safety
+/// `segment` must be a mapped normal segment no heap or list refers to.
+pub(crate) unsafe fn segment_unmap(segment: *mut Segment) {
+    // SAFETY: the caller guarantees the segment is ours and unreferenced.
+    unsafe {
+        let purged = (*segment).purged_units.count_ones() as usize * PAGE_SIZE;
+        stats::committed(-((SEGMENT_SIZE - purged) as isize));
+        stats::segment_mapped(-1);
+        map_set(segment, false);
+        #[cfg(hakmem_loom)]
+        (*segment).mapped.with_mut(|mapped| *mapped = false);
+        os::unmap(segment as *mut u8, SEGMENT_SIZE);
+    }
+}
+
+/// Publishes a segment of an exited thread for reclaim by another; its
+/// free pages are purged when due even if nobody reclaims it.
+pub(crate) fn abandoned_push(segment: *mut Segment) {
+    // SAFETY: the caller hands over an exclusively held segment.
+    let deadline = unsafe { (*segment).purge_at_ms };
+    ABANDONED.push(segment, usize::MAX);
+    if deadline != 0 {
+        GLOBAL_PURGE_AT.fetch_min(deadline, Ordering::Relaxed);
+    }
+}
+
+/// Takes an abandoned segment (null when none).
+pub(crate) fn abandoned_pop() -> *mut Segment {
+    ABANDONED.pop()
+}
+
+/// Calls `f` on every abandoned segment (fork's child, which is alone).
+pub(crate) fn abandoned_for_each(f: impl FnMut(*mut Segment)) {
+    ABANDONED.for_each(f);
+}
+
+/// Number of abandoned segments waiting for reclaim.
+pub fn abandoned_count() -> usize {
+    ABANDONED.len()
+}
+
+/// Number of empty segments in the cache.
+pub fn cached_count() -> usize {
+    SEGMENT_CACHE.len()
+}
+
+/// `fork` prepare: hold every global segment lock across the fork.
+pub(crate) fn lock_all() {
+    SEGMENT_CACHE.lock();
+    ABANDONED.lock();
+    crate::huge::lock_cache();
+}
+
+/// `fork` parent/child: release what `lock_all` took.
+pub(crate) fn unlock_all() {
+    crate::huge::unlock_cache();
+    ABANDONED.unlock();
+    SEGMENT_CACHE.unlock();
+}

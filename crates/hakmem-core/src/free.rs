@@ -1,0 +1,237 @@
+//! Every free: the fast path (the owner freeing into a queued page: a push
+//! on the page's `free` stack), the C shim's checked `free` and the pointer
+//! checks behind `check_block`, and the slow path (`free_slow`: huge
+//! blocks, parked and large pages, blocks of other threads' pages, double
+//! frees). A free into another thread's page ends in `remote::remote_free`;
+//! a page whose last block comes back is retired here (`page_retire`).
+//! (mimalloc keeps the same in free.c.)
+
+use crate::arch;
+use crate::heap::Heap;
+use crate::huge;
+use crate::os;
+use crate::page::{self, Block, Page, PAGE_IN_FULL};
+use crate::page_queue::{queue_remove, settle};
+use crate::refill::{maybe_free_segment, release_page};
+use crate::remote::remote_free;
+use crate::segment::{segment_of, Segment, SegmentKind};
+use crate::segment_map;
+use crate::sync::Ordering;
+use crate::thread;
+
+/// Frees block `p`.
+///
+/// Fast path: segment by mask, owner check against the thread heap, page by
+/// shift, push on the page's free stack (no lock, no atomic
+/// read-modify-write). Anything else goes to `free_slow`.
+///
+/// # Safety
+/// `p` must be a live block returned by this allocator (not null).
+#[inline(always)]
+pub unsafe fn free(p: *mut u8) {
+    let seg = segment_of(p);
+    // SAFETY: p is a live hakmem block, so seg is its segment header and
+    // page_of finds its page (an empty one for a huge block).
+    unsafe { free_owned(thread::heap(), seg, (*seg).page_of(p), p) }
+}
+
+/// Frees block `p` of `page` in `seg`: pushed on the page's `free` when the
+/// page is queued in `heap` (the caller's: so it is ours and not parked)
+/// and the block does not carry the freed mark; anything else — another
+/// thread's page, a parked or large page, a huge block, a double free —
+/// goes to the slow path.
+///
+/// # Safety
+/// `p` must be a live block of `seg`, `page` its page (or, for a huge
+/// block, the empty page `page_of` gives), `heap` the caller's heap.
+#[inline(always)]
+unsafe fn free_owned(heap: *mut Heap, seg: *mut Segment, page: *mut Page, p: *mut u8) {
+    let block = p as *mut Block;
+    // SAFETY: the caller guarantees page, seg and heap are the block's
+    // and the caller's own.
+    unsafe {
+        if arch::owned_by(page, heap) && (*block).freed != page::freed_mark(page) && !(*page).on_free_was_free(p) {
+            (*block).freed = page::freed_mark(page);
+            (*heap).counts.count_free((*page).class as usize);
+            (*page).push(block);
+            if (*page).used == 0 {
+                page_retire(heap, seg, page);
+            }
+        } else {
+            free_slow(seg, p)
+        }
+    }
+}
+
+/// Checks that `p` is a live hakmem block before `function` (a C entry
+/// point such as `"realloc"`) uses it: that it lies in a hakmem segment
+/// (segment map, O(1)), starts a block, and is not already free. On a bad
+/// pointer prints `hakmem: <function>(): <reason> 0x...` and aborts, or
+/// returns false under `HAKMEM_ON_ERROR=warn` (the caller then ignores
+/// the call). Never touches memory that is not a hakmem segment header.
+///
+/// # Safety
+/// `p` must not be null.
+pub unsafe fn check_block(p: *const u8, function: &str) -> bool {
+    let seg = segment_of(p);
+    if !segment_map::is_segment(seg) {
+        os::report_pointer(function, "invalid pointer (not allocated by hakmem)", p);
+        return false;
+    }
+    // SAFETY: the segment map says seg is a live segment header.
+    unsafe {
+        if !is_block_start(seg, p) {
+            os::report_pointer(function, "invalid pointer (not the start of a hakmem block)", p);
+            return false;
+        }
+        if (*(p as *const Block)).freed == page::freed_mark((*seg).page_of(p)) {
+            os::report_pointer(function, "pointer already freed", p);
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether `p` starts a block of `seg`: a carved block of an in-use page,
+/// or a huge segment's block, at the offset `huge_alloc` placed it.
+///
+/// # Safety
+/// `seg` must be a live segment header (the segment map says so).
+unsafe fn is_block_start(seg: *mut Segment, p: *const u8) -> bool {
+    let off = (p as usize).wrapping_sub(seg as usize);
+    // SAFETY: the caller guarantees seg is live; page_of stays inside
+    // the header for any p in the segment's 2 MiB.
+    unsafe {
+        if (*seg).kind == SegmentKind::Huge {
+            off == (*seg).huge_block_offset
+        } else {
+            (*(*seg).page_of(p)).is_block_start(p)
+        }
+    }
+}
+
+/// `free` for the C shim: [`check_block`], then [`free`]; `free(NULL)`
+/// does nothing (null fails the segment-map test, off the fast path).
+///
+/// The budget: 32 instructions on the fast path, `ret` included, no stack
+/// frame (libhakmem.so's `free`, disassembled): the map slot and its byte
+/// (6), the segment and the page (5), the block-start test (8), the heap
+/// from TLS and the owner test (4), the freed-mark test (2), the push and
+/// `used -= 1` with its test for zero (6).
+///
+/// # Safety
+/// None beyond `free`'s contract: `p` may be any value.
+#[inline]
+pub unsafe fn free_checked(p: *mut u8) {
+    let slot = segment_map::map_slot(p);
+    if !segment_map::slot_is_segment(slot) {
+        return free_invalid(p);
+    }
+    let seg = segment_map::slot_segment(slot);
+    // Only when the block-start test has passed is p known to lie in seg
+    // (map_slot: a p outside the address space fails that test).
+    // SAFETY: seg is a live segment header (the map says so); page_of
+    // takes the index from p's low bits, so it stays in the header.
+    unsafe {
+        let page = (*seg).page_of(p);
+        if !(*page).is_block_start(p) {
+            return free_checked_cold(seg, p);
+        }
+        // p starts a carved block of a live page; the freed mark (checked
+        // by free_owned/free_slow) catches a double free.
+        free_owned(thread::heap(), seg, page, p)
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn free_invalid(p: *mut u8) {
+    if !p.is_null() {
+        os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
+    }
+}
+
+/// `free_checked` of a huge block, or of a pointer that starts no block.
+///
+/// # Safety
+/// `seg` must be a live segment header (the segment map says so).
+#[cold]
+#[inline(never)]
+unsafe fn free_checked_cold(seg: *mut Segment, p: *mut u8) {
+    // SAFETY: the caller guarantees seg is live.
+    unsafe {
+        if segment_of(p) != seg {
+            // Outside the user address space (see segment_map::map_slot).
+            os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
+        } else if (*seg).kind == SegmentKind::Huge && is_block_start(seg, p) {
+            free_slow(seg, p)
+        } else {
+            os::report_pointer("free", "invalid pointer (not the start of a hakmem block)", p);
+        }
+    }
+}
+
+/// The owner freed the last used block of a queued page.
+#[cold]
+#[inline(never)]
+pub(crate) unsafe fn page_retire(heap: *mut Heap, seg: *mut Segment, page: *mut Page) {
+    // SAFETY: page is a queued page of heap (flags == 0) with used == 0.
+    unsafe {
+        let q = &(*heap).queues[(*page).class as usize];
+        if q.first == page && (*page).next.is_null() {
+            return; // the class's only page: keep it to avoid churn
+        }
+        queue_remove(heap, page);
+        release_page(heap, seg, page);
+        maybe_free_segment(heap, seg);
+    }
+}
+
+/// Free of a block that is huge, in a parked/large page, or owned by
+/// another thread (or by no thread).
+///
+/// # Safety
+/// `p` must be a live block of hakmem and `seg == segment_of(p)`.
+#[cold]
+#[inline(never)]
+pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
+    // SAFETY: the caller guarantees p is a live hakmem block in seg.
+    unsafe {
+        let block = p as *mut Block;
+        let page = (*seg).page_of(p);
+        let mark = page::freed_mark(page);
+        if (*block).freed == mark {
+            os::report_pointer("free", "double free of", p);
+            return;
+        }
+        (*block).freed = mark;
+        if (*seg).kind == SegmentKind::Huge {
+            huge::huge_free(seg, p);
+            return;
+        }
+        let heap = thread::heap();
+        // Relaxed: only the owner writes its own heap here, so reading our
+        // heap means we wrote it (program order). A heap struct reused from
+        // the pool was abandoned first, which stored null in every segment
+        // it owned before the pool's lock handed the struct over (lock
+        // release → acquire), so a new thread never reads a predecessor's
+        // value as its own.
+        if (*seg).heap.load(Ordering::Relaxed) == heap {
+            if (*page).on_free_was_free(p) {
+                os::report_pointer("free", "double free of", p);
+                return;
+            }
+            (*page).push(block);
+            if (*page).flags & PAGE_IN_FULL != 0 {
+                settle(heap, seg, page);
+                maybe_free_segment(heap, seg);
+            } else if (*page).used == 0 {
+                page_retire(heap, seg, page);
+            }
+        } else if (*page).on_free_was_free(p) {
+            os::report_pointer("free", "double free of", p);
+        } else {
+            remote_free(heap, page, block);
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! Huge blocks: larger than a segment's pages can hold, or aligned to more
+//! than 64 KiB. Each is one dedicated mapping with a segment header at a
+//! 2 MiB boundary (kind `Huge`, no owner heap, so every free of it takes
+//! the slow path, from any thread). Mappings whose block sits at the
+//! common offset (alignments up to 64 KiB) are cached for reuse after free
+//! (at most `HUGE_CACHE_SLOTS` of them and `HUGE_CACHE_BYTES_MAX` in all)
+//! and purged after the delay; `realloc` resizes them with `mremap`.
+
+use crate::arena::{advise_thp, NO_CACHES};
+use crate::config::config;
+use crate::os;
+use crate::page::GUARD_BYTES;
+use crate::purge::GLOBAL_PURGE_AT;
+use crate::segment::{Segment, SegmentKind, PAGE_SIZE, SEGMENT_SIZE};
+use crate::segment_map::map_set;
+use crate::stats;
+use crate::sync::{global, Ordering, SpinLock};
+use core::cell::UnsafeCell;
+use core::ptr;
+
+/// Offset of a huge block from its segment header for alignment `align`.
+fn huge_offset(align: usize) -> usize {
+    align.clamp(PAGE_SIZE, SEGMENT_SIZE)
+}
+
+/// Huge mappings kept for reuse after free, so that a program cycling
+/// through multi-MiB buffers does not mmap/munmap per allocation.
+const HUGE_CACHE_SLOTS: usize = 64;
+/// Bytes the huge cache may hold at most.
+const HUGE_CACHE_BYTES_MAX: usize = 256 << 20;
+
+struct HugeCache {
+    lock: SpinLock,
+    slots: UnsafeCell<[*mut Segment; HUGE_CACHE_SLOTS]>,
+    bytes: UnsafeCell<usize>,
+}
+
+// SAFETY: slots and bytes are only accessed with `lock` held.
+unsafe impl Sync for HugeCache {}
+
+global! {
+    static HUGE_CACHE: HugeCache = HugeCache {
+        lock: SpinLock::new(),
+        slots: UnsafeCell::new([ptr::null_mut(); HUGE_CACHE_SLOTS]),
+        bytes: UnsafeCell::new(0),
+    };
+}
+
+/// `fork` prepare: hold the huge cache's lock across the fork.
+pub(crate) fn lock_cache() {
+    HUGE_CACHE.lock.lock();
+}
+
+/// `fork` parent/child: release what `lock_cache` took.
+pub(crate) fn unlock_cache() {
+    HUGE_CACHE.lock.unlock();
+}
+
+/// Rounds a huge mapping size up to one of four steps per power of two, so
+/// freed mappings are reused by requests of similar size (at most 25 %
+/// virtual overhead; untouched tails cost no memory).
+fn huge_mapping_size(total: usize) -> Option<usize> {
+    if total <= SEGMENT_SIZE {
+        return Some(SEGMENT_SIZE);
+    }
+    let b = usize::BITS - 1 - (total - 1).leading_zeros();
+    let step = 1usize << (b - 2);
+    total.checked_add(step - 1).map(|t| t & !(step - 1))
+}
+
+fn huge_cache_take(mapping_size: usize) -> *mut Segment {
+    HUGE_CACHE.lock.lock();
+    let mut found = ptr::null_mut();
+    // SAFETY: the lock is held; cached segments are unused huge segments.
+    unsafe {
+        for slot in (*HUGE_CACHE.slots.get()).iter_mut() {
+            if !slot.is_null() && (**slot).mapping_size == mapping_size {
+                found = *slot;
+                *slot = ptr::null_mut();
+                *HUGE_CACHE.bytes.get() -= mapping_size;
+                break;
+            }
+        }
+    }
+    HUGE_CACHE.lock.unlock();
+    found
+}
+
+/// Keeps `segment` for reuse; returns the segment to unmap instead (the
+/// one given, or the largest older one it displaced), or null.
+fn huge_cache_put(segment: *mut Segment) -> *mut Segment {
+    HUGE_CACHE.lock.lock();
+    // SAFETY: the lock is held; segment and the cached segments are unused
+    // huge segments.
+    let victim = unsafe {
+        let size = (*segment).mapping_size;
+        let slots = &mut *HUGE_CACHE.slots.get();
+        let bytes = &mut *HUGE_CACHE.bytes.get();
+        let free_slot = slots.iter().position(|s| s.is_null());
+        let largest = (0..HUGE_CACHE_SLOTS)
+            .filter(|&i| !slots[i].is_null())
+            .max_by_key(|&i| (*slots[i]).mapping_size);
+        match (free_slot, largest) {
+            (Some(i), _) if *bytes + size <= HUGE_CACHE_BYTES_MAX => {
+                slots[i] = segment;
+                *bytes += size;
+                ptr::null_mut()
+            }
+            (_, Some(i)) if *bytes - (*slots[i]).mapping_size + size <= HUGE_CACHE_BYTES_MAX => {
+                let old = slots[i];
+                *bytes = *bytes - (*old).mapping_size + size;
+                slots[i] = segment;
+                old
+            }
+            _ => segment,
+        }
+    };
+    HUGE_CACHE.lock.unlock();
+    victim
+}
+
+/// A dedicated segment for a block of `size` bytes aligned to `align` (a
+/// power of two): reused from the huge cache or freshly mapped. Returns the
+/// block (null when the OS refuses or the size overflows) and whether it is
+/// known to be zeroed.
+pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
+    // Every block has room for its free-list link and freed mark, also a
+    // zero-sized one placed at the end of a 2 MiB-aligned mapping.
+    let size = size.max(crate::page::MIN_BLOCK_SIZE);
+    let offset = huge_offset(align);
+    let Some(total) = size
+        .checked_add(offset + GUARD_BYTES)
+        .and_then(|t| t.checked_add(os::page_size() - 1))
+        .map(|t| t & !(os::page_size() - 1))
+        .and_then(huge_mapping_size)
+    else {
+        return (ptr::null_mut(), false);
+    };
+    if total > isize::MAX as usize {
+        return (ptr::null_mut(), false);
+    }
+    if offset == PAGE_SIZE {
+        let cached = huge_cache_take(total);
+        if !cached.is_null() {
+            let p = (cached as usize + offset) as *mut u8;
+            // SAFETY: a segment taken from the huge cache is exclusively
+            // ours; its block is mapped and at least a page long.
+            let zero = unsafe {
+                (*(p as *mut crate::page::Block)).freed = 0;
+                if (*cached).purged_units != 0 {
+                    (*cached).purged_units = 0;
+                    stats::committed(((*cached).mapping_size - PAGE_SIZE) as isize);
+                }
+                (*cached).dirty_units == 0
+            };
+            stats::huge_in_use(1);
+            return (p, zero);
+        }
+    }
+    // The header must be 2 MiB-aligned; for alignments above 2 MiB the block
+    // (at header + 2 MiB) carries the alignment.
+    let segment = if align > SEGMENT_SIZE {
+        os::map_aligned(total, align, SEGMENT_SIZE)
+    } else {
+        os::map_aligned(total, SEGMENT_SIZE, 0)
+    } as *mut Segment;
+    if segment.is_null() {
+        return (ptr::null_mut(), false);
+    }
+    advise_thp(segment as *mut u8, total);
+    if cfg!(feature = "secure") {
+        // SAFETY: the last bytes of the fresh mapping, past the block.
+        unsafe { os::protect_none((segment as *mut u8).add(total - GUARD_BYTES), GUARD_BYTES) };
+    }
+    stats::committed(total as isize);
+    stats::huge_in_use(1);
+    // SAFETY: segment is a fresh, zeroed mapping of `total >= PAGE_SIZE` bytes.
+    unsafe {
+        Segment::construct(segment);
+        (*segment).kind = SegmentKind::Huge;
+        (*segment).mapping_size = total;
+        (*segment).huge_block_offset = offset;
+        (*segment).reset_page_heads();
+    }
+    map_set(segment, true);
+    ((segment as usize + offset) as *mut u8, true)
+}
+
+/// Purges the huge mappings in the cache that are due (all when `force`);
+/// returns the earliest remaining deadline (`u64::MAX` when none).
+pub(crate) fn purge_huge_cache(now: u64, force: bool) -> u64 {
+    let mut due = [ptr::null_mut::<Segment>(); HUGE_CACHE_SLOTS];
+    let mut next = u64::MAX;
+    HUGE_CACHE.lock.lock();
+    // SAFETY: the lock is held; cached segments are unused huge segments.
+    unsafe {
+        for (slot, d) in (*HUGE_CACHE.slots.get()).iter_mut().zip(due.iter_mut()) {
+            let s = *slot;
+            if s.is_null() || (*s).dirty_units == 0 || (*s).purge_at_ms == 0 {
+                continue;
+            }
+            if force || (*s).purge_at_ms <= now {
+                *d = s;
+                *slot = ptr::null_mut();
+                *HUGE_CACHE.bytes.get() -= (*s).mapping_size;
+            } else {
+                next = next.min((*s).purge_at_ms);
+            }
+        }
+    }
+    HUGE_CACHE.lock.unlock();
+    for &s in due.iter().filter(|s| !s.is_null()) {
+        // SAFETY: s was taken off the cache above: exclusively ours; its
+        // block area holds no live data.
+        unsafe {
+            os::purge((s as *mut u8).add(PAGE_SIZE), (*s).mapping_size - PAGE_SIZE);
+            stats::committed(-(((*s).mapping_size - PAGE_SIZE) as isize));
+            (*s).purged_units = 1;
+            (*s).dirty_units = 0;
+            (*s).purge_at_ms = 0;
+        }
+        let victim = huge_cache_put(s);
+        if !victim.is_null() {
+            // SAFETY: victim is an unused huge segment no list refers to.
+            unsafe { huge_unmap(victim) };
+        }
+    }
+    next
+}
+
+/// Resizes huge block `p` (at the common offset) to hold `new_size` bytes
+/// without copying: in place when the mapping can shrink or grow where it
+/// is, else moved page tables and all (`mremap`) to a fresh aligned range.
+/// Returns the block's new address, or null when it cannot (the block is
+/// then untouched and the caller copies).
+///
+/// # Safety
+/// `segment` must be the live huge segment of block `p`, used by the caller only.
+pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: usize) -> *mut u8 {
+    // A guard page would end up inside the block: `secure` builds copy.
+    if cfg!(feature = "secure") || p as usize != segment as usize + PAGE_SIZE {
+        return ptr::null_mut();
+    }
+    let Some(new_total) = new_size
+        .checked_add(PAGE_SIZE + os::page_size() - 1)
+        .map(|t| t & !(os::page_size() - 1))
+        .and_then(huge_mapping_size)
+    else {
+        return ptr::null_mut();
+    };
+    // SAFETY: the caller guarantees segment is live and ours.
+    let old_total = unsafe { (*segment).mapping_size };
+    if new_total == old_total {
+        return p;
+    }
+    // SAFETY: shrinking drops only the tail beyond the new size, which the
+    // caller no longer needs; growing in place only adds fresh pages.
+    if unsafe { os::remap_in_place(segment as *mut u8, old_total, new_total) } {
+        // SAFETY: as above.
+        unsafe { (*segment).mapping_size = new_total };
+        stats::committed(new_total as isize - old_total as isize);
+        return p;
+    }
+    let target = os::map_aligned(new_total, SEGMENT_SIZE, 0);
+    if target.is_null() {
+        return ptr::null_mut();
+    }
+    // The map entry goes before the range does: once `mremap` has moved
+    // the block, another thread may map a segment at the old address and
+    // set its own entry, which a later clear would erase. While the entry
+    // is clear, the old range holds only this block, which the caller
+    // alone uses.
+    map_set(segment, false);
+    // SAFETY: both ranges are ours; the block is used by the caller only.
+    if !unsafe { os::remap_to(segment as *mut u8, old_total, new_total, target) } {
+        map_set(segment, true);
+        // SAFETY: target was just mapped and is unused.
+        unsafe { os::unmap(target, new_total) };
+        return ptr::null_mut();
+    }
+    crate::sync::race_window(crate::sync::Window::HugeRemap(segment as usize));
+    let moved = target as *mut Segment;
+    // SAFETY: the header moved with the mapping to `target`; its page heads
+    // still point into the old range and are rebuilt.
+    unsafe {
+        (*moved).mapping_size = new_total;
+        (*moved).reset_page_heads();
+    }
+    stats::committed(new_total as isize - old_total as isize);
+    map_set(moved, true);
+    (target as usize + PAGE_SIZE) as *mut u8
+}
+
+/// Usable bytes of huge block `p` in `segment`.
+///
+/// # Safety
+/// `segment` must be the huge segment holding `p`.
+pub(crate) unsafe fn huge_usable_size(segment: *const Segment, p: *const u8) -> usize {
+    // SAFETY: the caller guarantees segment is a live huge segment.
+    unsafe { segment as usize + (*segment).mapping_size - GUARD_BYTES - p as usize }
+}
+
+/// Frees huge block `p` of `segment`: into the huge cache when its layout
+/// is the common one, else (or when it displaces an older entry) unmapped.
+///
+/// # Safety
+/// `segment` must be the live huge segment of block `p`, no longer used.
+pub(crate) unsafe fn huge_free(segment: *mut Segment, p: *const u8) {
+    stats::huge_in_use(-1);
+    let delay = config().purge_delay_ms;
+    let victim = if p as usize == segment as usize + PAGE_SIZE && delay != 0 && !NO_CACHES {
+        // SAFETY: the caller guarantees segment is an unused huge segment.
+        unsafe {
+            (*segment).dirty_units = 1;
+            (*segment).purge_at_ms = if delay > 0 { os::now_ms() + delay as u64 } else { 0 };
+        }
+        let victim = huge_cache_put(segment);
+        if victim != segment && delay > 0 {
+            // SAFETY: as above; the deadline was just written.
+            GLOBAL_PURGE_AT.fetch_min(unsafe { (*segment).purge_at_ms }, Ordering::Relaxed);
+        }
+        victim
+    } else {
+        segment
+    };
+    if !victim.is_null() {
+        // SAFETY: victim is an unused huge segment no list refers to.
+        unsafe { huge_unmap(victim) };
+    }
+}
+
+/// Returns an unreferenced huge segment to the OS.
+///
+/// # Safety
+/// `segment` must be a mapped huge segment no list refers to.
+unsafe fn huge_unmap(segment: *mut Segment) {
+    // SAFETY: the caller guarantees the segment is ours and unreferenced.
+    unsafe {
+        let size = (*segment).mapping_size;
+        let purged = if (*segment).purged_units != 0 {
+            size - PAGE_SIZE
+        } else {
+            0
+        };
+        stats::committed(-((size - purged) as isize));
+        map_set(segment, false);
+        #[cfg(hakmem_loom)]
+        (*segment).mapped.with_mut(|mapped| *mapped = false);
+        os::unmap(segment as *mut u8, size);
+    }
+}
+
+/// Tests of the protocol windows, in the `hakmem_race_windows` build only
+/// (scripts/test runs them there).
+#[cfg(all(test, hakmem_race_windows))]
+mod window_tests {
+    use super::*;
+    use crate::segment::segment_of;
+    use crate::segment_map::is_segment;
+    use crate::sync::{set_window_hook, Window};
+
+    /// Where the hook mapped a segment (0: nowhere yet).
+    static HOOK_MAPPED: crate::sync::plain::AtomicUsize = crate::sync::plain::AtomicUsize::new(0);
+
+    /// In the window, another thread's new segment lands where the huge
+    /// block was: map a header there, as `segment_alloc` would.
+    fn map_a_segment_in_the_old_range(window: Window) {
+        if let Window::HugeRemap(old) = window {
+            let p = os::map_at(old, SEGMENT_SIZE) as *mut Segment;
+            if !p.is_null() {
+                // SAFETY: p is a fresh, zeroed mapping of a segment's size.
+                unsafe {
+                    Segment::construct(p);
+                    (*p).init_normal(true);
+                }
+                map_set(p, true);
+                HOOK_MAPPED.store(old, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Issue 14, hole 2: a segment mapped where a huge block was, while
+    /// `huge_realloc` moved it, keeps its segment-map entry.
+    #[test]
+    fn huge_realloc_never_erases_the_entry_of_a_segment_mapped_where_the_block_was() {
+        set_window_hook(Some(map_a_segment_in_the_old_range));
+        let mut checked = 0;
+        for _ in 0..8 {
+            HOOK_MAPPED.store(0, Ordering::Relaxed);
+            let (p, _) = huge_alloc(3 << 20, 16);
+            let old = segment_of(p);
+            // SAFETY: p is our live huge block; the hook maps only where
+            // the block no longer is.
+            let q = unsafe { huge_realloc(old, p, 40 << 20) };
+            assert!(!q.is_null());
+            // SAFETY: q is our live huge block.
+            unsafe { huge_free(segment_of(q), q) };
+            if HOOK_MAPPED.load(Ordering::Relaxed) != old as usize {
+                continue; // grown in place, or the range was taken meanwhile
+            }
+            assert!(
+                is_segment(old),
+                "the segment mapped at {old:p} in the window lost its map entry"
+            );
+            checked += 1;
+            map_set(old, false);
+            // SAFETY: the segment the hook mapped; nothing uses it.
+            unsafe { os::unmap(old as *mut u8, SEGMENT_SIZE) };
+        }
+        set_window_hook(None);
+        assert!(checked > 0, "the hook mapped a segment in the window at least once");
+    }
+}
+
+#[cfg(all(test, not(hakmem_loom)))]
+mod tests {
+    use super::*;
+    use crate::segment::segment_of;
+    use crate::segment_map::is_segment;
+
+    #[test]
+    fn huge_blocks_find_their_header_at_every_alignment() {
+        let mut align = 16;
+        while align <= 8 << 20 {
+            let (p, _) = huge_alloc(3 << 20, align);
+            assert!(!p.is_null());
+            assert_eq!(p as usize % align, 0, "align {align}");
+            let s = segment_of(p);
+            assert!(is_segment(s));
+            // SAFETY: s is the huge segment just created for p.
+            unsafe {
+                assert_eq!((*s).kind, SegmentKind::Huge);
+                assert!(huge_usable_size(s, p) >= 3 << 20);
+                *p.add((3 << 20) - 1) = 7;
+                huge_free(s, p);
+            }
+            align *= 4;
+        }
+    }
+
+    #[test]
+    fn huge_mappings_are_reused_by_similar_sizes() {
+        let (p, zero) = huge_alloc(5 << 20, 16);
+        assert!(zero);
+        // SAFETY: p is a live huge block of 5 MiB.
+        unsafe { huge_free(segment_of(p), p) };
+        let (q, zero) = huge_alloc((5 << 20) - 1000, 16);
+        assert_eq!(p, q, "the freed mapping is reused");
+        assert_eq!(zero, config().purge_delay_ms == 0);
+        // SAFETY: q is a live huge block.
+        unsafe { huge_free(segment_of(q), q) };
+    }
+
+    #[test]
+    #[cfg_attr(
+        feature = "secure",
+        ignore = "secure builds copy (the guard page would move into the block)"
+    )]
+    fn huge_realloc_moves_without_copying() {
+        let (p, _) = huge_alloc(3 << 20, 16);
+        // SAFETY: p is a live huge block of 3 MiB; each step keeps it live.
+        unsafe {
+            *p.add(12345) = 42;
+            let before = os::os_counters();
+            let q = huge_realloc(segment_of(p), p, 40 << 20);
+            assert!(!q.is_null());
+            assert_eq!(*q.add(12345), 42);
+            assert!(os::os_counters().mremap > before.mremap);
+            assert!(is_segment(segment_of(q)));
+            *q.add((40 << 20) - 1) = 1;
+            let r = huge_realloc(segment_of(q), q, 3 << 20);
+            assert_eq!(r, q, "shrinking stays in place");
+            assert_eq!(*r.add(12345), 42);
+            assert!(huge_usable_size(segment_of(r), r) < 4 << 20);
+            huge_free(segment_of(r), r);
+        }
+    }
+
+    #[test]
+    fn zero_sized_huge_blocks_have_room_for_their_links() {
+        for align in [2 << 20, 4 << 20] {
+            let (p, _) = huge_alloc(0, align);
+            // SAFETY: p is a live huge block.
+            unsafe {
+                assert!(huge_usable_size(segment_of(p), p) >= 16);
+                *p.add(15) = 1;
+                huge_free(segment_of(p), p);
+            }
+        }
+    }
+
+    #[test]
+    fn huge_mapping_sizes_have_four_steps_per_doubling() {
+        assert_eq!(huge_mapping_size(1), Some(SEGMENT_SIZE));
+        assert_eq!(
+            huge_mapping_size(SEGMENT_SIZE + 1),
+            Some(SEGMENT_SIZE + SEGMENT_SIZE / 4)
+        );
+        assert_eq!(huge_mapping_size(4 << 20), Some(4 << 20));
+        assert_eq!(huge_mapping_size((4 << 20) + 1), Some(5 << 20));
+    }
+}

@@ -1,0 +1,274 @@
+//! Linux (glibc or musl): the primitives `os/mod.rs` builds on, each a thin
+//! call into libc. They neither count calls nor save `errno`: `os/mod.rs`
+//! does both around them. Another system provides the same functions
+//! (the list is in `os/mod.rs`).
+
+use core::ffi::{c_char, c_void, CStr};
+use core::ptr;
+
+pub(crate) use libc::{EINVAL, ENOMEM};
+
+/// The calling thread's `errno`.
+pub(crate) fn errno() -> i32 {
+    // SAFETY: __errno_location always returns a valid pointer to this thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Sets the calling thread's `errno`.
+pub(crate) fn set_errno(value: i32) {
+    // SAFETY: __errno_location always returns a valid pointer to this thread's errno.
+    unsafe { *libc::__errno_location() = value }
+}
+
+/// The size of the pages `mmap`, `madvise` and `mprotect` work in.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as usize
+    } else {
+        4096
+    }
+}
+
+/// Maps `size` bytes of fresh, zeroed, read-write memory anywhere, or null.
+pub(crate) fn map(size: usize) -> *mut u8 {
+    // SAFETY: an anonymous private mapping at an address of the kernel's
+    // choosing touches no existing memory.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+/// Linux's `MAP_FIXED_NOREPLACE` (4.17+): map exactly at the hint or fail
+/// with `EEXIST`, never over an existing mapping. Older kernels treat it as
+/// a plain hint, which the caller detects.
+const MAP_FIXED_NOREPLACE: libc::c_int = 0x10_0000;
+
+/// Maps `size` bytes of fresh, zeroed, read-write memory at `addr` if that
+/// range is free, never over an existing mapping. Returns where the memory
+/// was mapped — `addr`, or elsewhere on a kernel that takes the flag for a
+/// hint (the caller unmaps it) — or null.
+pub(crate) fn map_at(addr: usize, size: usize) -> *mut u8 {
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; a
+    // kernel that ignores it places the mapping elsewhere (see above).
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut c_void,
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+/// Unmaps `[p, p + size)`.
+///
+/// # Safety
+/// The range must be mapped by `map`/`map_at` and no longer used.
+pub(crate) unsafe fn unmap(p: *mut u8, size: usize) {
+    // SAFETY: the caller guarantees the range is ours and unused.
+    unsafe { libc::munmap(p.cast(), size) };
+}
+
+/// Gives the pages of `[p, p + size)` back (`MADV_DONTNEED`): the range
+/// stays mapped and reads as zero when touched again.
+///
+/// # Safety
+/// The range must be mapped and hold no live data.
+pub(crate) unsafe fn purge(p: *mut u8, size: usize) {
+    // SAFETY: the caller guarantees the range is ours and unused.
+    unsafe { libc::madvise(p.cast(), size, libc::MADV_DONTNEED) };
+}
+
+/// Asks for (or against) transparent huge pages on a mapping of ours.
+pub(crate) fn advise_huge_pages(p: *mut u8, size: usize, on: bool) {
+    let advice = if on { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
+    // SAFETY: advice only; the range is a mapping of ours.
+    unsafe { libc::madvise(p.cast(), size, advice) };
+}
+
+/// Moves/resizes mapping `[p, p + old)` to `[to, to + new)`, replacing the
+/// mapping there, without copying (`mremap` with `MREMAP_FIXED`).
+///
+/// # Safety
+/// Both ranges must be mappings of ours; `[p, p + old)` must not be used by
+/// anyone else during the call.
+pub(crate) unsafe fn remap_to(p: *mut u8, old: usize, new: usize, to: *mut u8) -> bool {
+    // SAFETY: the caller guarantees both ranges are ours; MREMAP_FIXED
+    // replaces the mapping at `to` atomically.
+    let r = unsafe {
+        libc::mremap(
+            p.cast(),
+            old,
+            new,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            to as *mut c_void,
+        )
+    };
+    r != libc::MAP_FAILED
+}
+
+/// Resizes mapping `[p, p + old)` in place to `new` bytes.
+///
+/// # Safety
+/// `[p, p + old)` must be a mapping of ours; when shrinking, the tail must
+/// hold no live data.
+pub(crate) unsafe fn remap_in_place(p: *mut u8, old: usize, new: usize) -> bool {
+    // SAFETY: the caller guarantees the range is ours; without MAYMOVE the
+    // mapping either resizes where it is or fails.
+    unsafe { libc::mremap(p.cast(), old, new, 0) != libc::MAP_FAILED }
+}
+
+/// Makes `[p, p + size)` inaccessible.
+///
+/// # Safety
+/// The range must be part of a mapping of ours and never handed out.
+pub(crate) unsafe fn protect_none(p: *mut u8, size: usize) {
+    // SAFETY: the caller guarantees the range is ours and unused.
+    unsafe { libc::mprotect(p.cast(), size, libc::PROT_NONE) };
+}
+
+/// Random bits from the kernel, or None.
+#[cfg(feature = "secure")]
+pub(crate) fn random_usize() -> Option<usize> {
+    let mut v: usize = 0;
+    // SAFETY: v is a valid buffer of its size.
+    let n = unsafe { libc::getrandom((&raw mut v).cast(), core::mem::size_of::<usize>(), 0) };
+    (n == core::mem::size_of::<usize>() as isize).then_some(v)
+}
+
+/// Gives the CPU to another thread.
+pub(crate) fn yield_now() {
+    // SAFETY: sched_yield has no preconditions.
+    unsafe {
+        libc::sched_yield();
+    }
+}
+
+/// Milliseconds of a monotonic clock (vDSO: no system call).
+pub(crate) fn now_ms() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+/// Whether the system backs every anonymous mapping with transparent huge
+/// pages (`/sys/kernel/mm/transparent_hugepage/enabled` is `[always]`).
+pub(crate) fn thp_always() -> bool {
+    let path = c"/sys/kernel/mm/transparent_hugepage/enabled";
+    // SAFETY: path is NUL-terminated; the buffer is valid for its length.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let mut buf = [0u8; 64];
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n > 8 && buf.starts_with(b"[always]")
+    }
+}
+
+/// One `write` of `bytes` to stderr: the bytes written, or a negative
+/// number on error.
+pub(crate) fn write_stderr(bytes: &[u8]) -> isize {
+    // SAFETY: bytes is a valid byte slice for its length.
+    unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) }
+}
+
+/// Ends the process with SIGABRT, without unwinding.
+pub(crate) fn abort() -> ! {
+    // SAFETY: abort takes no arguments and does not return.
+    unsafe { libc::abort() }
+}
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+/// Calls `f` with every `NAME=value` entry of the environment, without
+/// allocating (libc's `environ`; `std::env` allocates).
+pub(crate) fn for_each_env(mut f: impl FnMut(&[u8])) {
+    // SAFETY: environ is libc's NULL-terminated array of C strings; it is
+    // read before any thread of ours could modify the environment.
+    unsafe {
+        let mut e = environ;
+        while !e.is_null() && !(*e).is_null() {
+            f(CStr::from_ptr(*e).to_bytes());
+            e = e.add(1);
+        }
+    }
+}
+
+/// A thread-specific data key (a pthread key).
+pub(crate) type ThreadKey = libc::pthread_key_t;
+
+/// Creates a key whose `destructor` runs at a thread's exit for a value
+/// that is not null (glibc: the first keys need no allocation).
+pub(crate) fn thread_key_create(destructor: unsafe extern "C" fn(*mut c_void)) -> Option<ThreadKey> {
+    let mut key: ThreadKey = 0;
+    // SAFETY: key is a valid place to write; the destructor is valid for
+    // the life of the process.
+    (unsafe { libc::pthread_key_create(&mut key, Some(destructor)) } == 0).then_some(key)
+}
+
+/// Deletes a key no thread has a value for.
+pub(crate) fn thread_key_delete(key: ThreadKey) {
+    // SAFETY: the caller created the key and set no value for it.
+    unsafe { libc::pthread_key_delete(key) };
+}
+
+/// The calling thread's value for `key` (null when it set none).
+#[allow(dead_code)] // the portable thread binding's
+#[inline]
+pub(crate) fn thread_key_get(key: ThreadKey) -> *mut c_void {
+    // SAFETY: key was created by `thread_key_create`.
+    unsafe { libc::pthread_getspecific(key) }
+}
+
+/// Sets the calling thread's value for `key`. glibc allocates (`calloc`) a
+/// second-level block the first time a thread sets a key past the 32nd.
+pub(crate) fn thread_key_set(key: ThreadKey, value: *mut c_void) {
+    // SAFETY: key was created by `thread_key_create`.
+    unsafe { libc::pthread_setspecific(key, value) };
+}
+
+/// A number that identifies the calling thread among the living ones.
+#[allow(dead_code)] // the portable thread binding's
+pub(crate) fn thread_id() -> usize {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as usize }
+}
+
+/// Registers `fork` handlers.
+pub(crate) fn at_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
+    // SAFETY: the handlers are valid for the life of the process.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+}
+
+/// Registers a function to run at process exit.
+pub(crate) fn at_exit(f: extern "C" fn()) {
+    // SAFETY: f is valid for the life of the process.
+    unsafe { libc::atexit(f) };
+}

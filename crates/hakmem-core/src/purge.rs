@@ -1,0 +1,191 @@
+//! Delayed purging and the heap's time-driven duties.
+//!
+//! A heap's slow path looks at the clock every `CLOCK_CHECK_INTERVAL`th
+//! call (refill.rs) and runs `periodic`: once per purge delay it sweeps its
+//! queued pages (remote frees taken in, empty pages given back, also of
+//! classes the thread stopped using) and purges the due spans of its
+//! segments. Cached segments, abandoned segments and cached huge mappings
+//! are purged by a global pass that any thread's slow path runs when the
+//! global deadline hint (`GLOBAL_PURGE_AT`) has passed, one thread at a
+//! time, off the lists' locks. `collect` does all of it now.
+
+use crate::arena::{self, SegmentList, ABANDONED, SEGMENT_CACHE, SEGMENT_CACHE_MAX};
+use crate::class::CLASS_COUNT;
+use crate::heap::{is_static_heap, Heap};
+use crate::huge;
+use crate::os;
+use crate::page_queue::queue_remove;
+use crate::refill::{maybe_free_segment, release_page};
+use crate::remote::{flush_remote, process_notified};
+use crate::segment::{self, Segment};
+use crate::sync::{plain::AtomicU64, Ordering};
+use crate::thread;
+use core::ptr;
+
+/// Sweep interval when purging is off or immediate.
+const SWEEP_INTERVAL_MS: u64 = 250;
+
+/// Time-driven slow-path work: every sweep interval, take in remote frees
+/// of every queued page and give back empty pages (so the memory of classes
+/// the thread stopped using is returned); purge what is due, ours and global.
+#[cold]
+#[inline(never)]
+pub(crate) unsafe fn periodic(heap: *mut Heap) {
+    let now = os::now_ms();
+    // SAFETY: heap is the caller's own heap.
+    unsafe {
+        flush_remote(heap);
+        if now >= (*heap).sweep_at_ms {
+            let delay = crate::config::config().purge_delay_ms;
+            let interval = if delay > 0 { delay as u64 } else { SWEEP_INTERVAL_MS };
+            if (*heap).sweep_at_ms != 0 {
+                sweep(heap, true);
+            }
+            (*heap).sweep_at_ms = now + interval;
+        }
+        if (*heap).purge_at_ms != 0 && now >= (*heap).purge_at_ms {
+            heap_purge(heap, now, false);
+        }
+    }
+    if global_purge_due(now) {
+        purge_global(now, false);
+    }
+}
+
+/// Takes in remote frees of every queued page and gives back the empty
+/// ones — all of them with `release_all`, else all but a class's only page.
+unsafe fn sweep(heap: *mut Heap, release_all: bool) {
+    // SAFETY: heap is the caller's own heap; queued pages belong to it.
+    unsafe {
+        for class in 0..CLASS_COUNT {
+            let mut page = (*heap).queues[class].first;
+            while !page.is_null() {
+                let next = (*page).next;
+                (*page).collect_remote();
+                let only = (*heap).queues[class].first == page && next.is_null();
+                if (*page).used == 0 && (release_all || !only) {
+                    let seg = segment::segment_of((*page).start.add(1));
+                    queue_remove(heap, page);
+                    release_page(heap, seg, page);
+                    maybe_free_segment(heap, seg);
+                }
+                page = next;
+            }
+        }
+    }
+}
+
+/// Purges the pending pages of our segments that are due (all when `force`).
+unsafe fn heap_purge(heap: *mut Heap, now: u64, force: bool) {
+    // SAFETY: heap is the caller's own heap; its segments are owned by it.
+    unsafe {
+        let mut next = 0u64;
+        let mut seg = (*heap).segments;
+        while !seg.is_null() {
+            if (*seg).purge_units != 0 {
+                if force || (*seg).purge_at_ms <= now {
+                    (*seg).purge_pending();
+                } else if next == 0 || (*seg).purge_at_ms < next {
+                    next = (*seg).purge_at_ms;
+                }
+            }
+            seg = (*seg).next;
+        }
+        (*heap).purge_at_ms = next;
+    }
+}
+
+/// Collects the calling thread's heap: takes in remote frees, gives back
+/// empty pages (with `force`, also the ones kept to avoid churn), and purges
+/// what is due (with `force`, everything free, also in the global caches).
+pub(crate) fn collect(force: bool) {
+    let heap = thread::heap();
+    let now = os::now_ms();
+    if !is_static_heap(heap) {
+        // SAFETY: heap is this thread's heap.
+        unsafe {
+            flush_remote(heap);
+            process_notified(heap);
+            sweep(heap, force);
+            heap_purge(heap, now, force);
+        }
+    }
+    purge_global(now, force);
+}
+
+/// Earliest deadline of a cached segment or huge mapping awaiting purge
+/// (`u64::MAX` = none). A hint: checked cheaply by slow paths. Every access
+/// is Relaxed: it orders nothing (the lists it points at have their locks),
+/// and a stale value only moves a purge pass earlier or later.
+pub(crate) static GLOBAL_PURGE_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Whether some cached memory may be due for purging at `now`.
+#[inline]
+pub(crate) fn global_purge_due(now: u64) -> bool {
+    now >= GLOBAL_PURGE_AT.load(Ordering::Relaxed)
+}
+
+/// Purges cached segments and huge mappings that are due at `now` (all of
+/// them when `force`). One thread at a time does the pass; entries are
+/// taken off their list for the system calls so no lock is held across them.
+pub(crate) fn purge_global(now: u64, force: bool) {
+    let due = GLOBAL_PURGE_AT.load(Ordering::Relaxed);
+    if !force && now < due {
+        return;
+    }
+    // Claim the pass (a concurrent caller sees MAX and leaves).
+    if !force
+        && GLOBAL_PURGE_AT
+            .compare_exchange(due, u64::MAX, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    if force {
+        GLOBAL_PURGE_AT.store(u64::MAX, Ordering::Relaxed);
+    }
+    // Cached and abandoned segments: take each list whole, purge the due
+    // pages, put the segments back (no lock is held across the calls).
+    let mut next = purge_list(&SEGMENT_CACHE, SEGMENT_CACHE_MAX, now, force);
+    next = next.min(purge_list(&ABANDONED, usize::MAX, now, force));
+    next = next.min(huge::purge_huge_cache(now, force));
+    if next != u64::MAX {
+        GLOBAL_PURGE_AT.fetch_min(next, Ordering::Relaxed);
+    }
+}
+
+/// Takes every segment off `list`, purges its due pages (all when `force`)
+/// and puts it back (unmapping what no longer fits under `limit`). Returns
+/// the earliest remaining deadline (`u64::MAX` when none).
+fn purge_list(list: &SegmentList, limit: usize, now: u64, force: bool) -> u64 {
+    let mut next = u64::MAX;
+    let mut taken: *mut Segment = ptr::null_mut();
+    loop {
+        let seg = list.pop();
+        if seg.is_null() {
+            break;
+        }
+        // SAFETY: a popped segment is exclusively ours until pushed back.
+        unsafe { (*seg).next = taken };
+        taken = seg;
+    }
+    while !taken.is_null() {
+        // SAFETY: taken was popped above: exclusively ours; its free pages
+        // hold no live block (remote frees only touch in-use pages).
+        unsafe {
+            let seg = taken;
+            taken = (*seg).next;
+            if (*seg).purge_units != 0 {
+                if force || (*seg).purge_at_ms <= now {
+                    (*seg).purge_pending();
+                } else {
+                    next = next.min((*seg).purge_at_ms);
+                }
+            }
+            if !list.push(seg, limit) {
+                arena::segment_unmap(seg);
+            }
+        }
+    }
+    next
+}

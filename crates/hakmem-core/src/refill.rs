@@ -1,0 +1,202 @@
+//! The allocation slow path's work (`refill`): the heap's duties
+//! (notifications, the clock, purges), then a page of the class with a free
+//! block — from the class queue (taking in remote frees, carving more of
+//! a page), else a new span carved from one of the heap's segments, else a
+//! new segment (`abandon::segment_acquire`).
+//!
+//! And the way back: a page's span returned to its segment (`release_span`,
+//! `release_page`, scheduling the purge of its memory) and an empty
+//! segment given up (`maybe_free_segment`).
+
+use crate::abandon::segment_acquire;
+use crate::alloc::HEARTBEAT_ALLOCS;
+use crate::arena;
+use crate::class::{self, LARGE_CLASS};
+use crate::heap::{unlink_segment, Heap, EMPTY_HEAP, EXITED_HEAP};
+use crate::os;
+use crate::page::Page;
+use crate::page_queue::{queue_move_to_front, queue_push_front, queue_remove, settle};
+use crate::purge::periodic;
+use crate::remote::take_notifications;
+use crate::segment::{self, Segment, PAGES_PER_SEGMENT, PAGE_SIZE};
+use crate::stats;
+use crate::thread;
+use core::ptr;
+
+/// Slow-path calls between two looks at the clock (a vDSO call of ~20 ns;
+/// the fast path never looks).
+const CLOCK_CHECK_INTERVAL: u32 = 16;
+
+/// The slow path's work: sets the thread up on its first allocation, does
+/// the heap's duties (notifications, the clock, purges), restarts the
+/// heartbeat, and finds a page of `class` with a free block. Returns the
+/// thread's heap and that page; the page is null (and `errno = ENOMEM`)
+/// when no memory can be had.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap (possibly the empty heap).
+pub(crate) unsafe fn refill(heap: *mut Heap, class: usize) -> (*mut Heap, *mut Page) {
+    debug_assert!(
+        heap != EXITED_HEAP.get(),
+        "callers serve an exited thread with alloc_after_exit"
+    );
+    let heap = if heap == EMPTY_HEAP.get() {
+        thread::init_heap()
+    } else {
+        heap
+    };
+    if heap.is_null() {
+        os::set_errno(os::ENOMEM);
+        return (heap, ptr::null_mut());
+    }
+    // SAFETY: heap is this thread's (freshly created or passed by the caller).
+    unsafe {
+        (*heap).heartbeat = HEARTBEAT_ALLOCS;
+        take_notifications(heap);
+        (*heap).slow_ticks = (*heap).slow_ticks.wrapping_add(1);
+        if (*heap).slow_ticks % CLOCK_CHECK_INTERVAL == 0 {
+            periodic(heap);
+        }
+        let page = find_page(heap, class);
+        if page.is_null() {
+            os::set_errno(os::ENOMEM);
+        }
+        (heap, page)
+    }
+}
+
+/// A page of `class` with a free block, moved to the queue front; null when
+/// no memory can be had.
+unsafe fn find_page(heap: *mut Heap, class: usize) -> *mut Page {
+    // SAFETY: heap is the caller's own heap; queue pages belong to it.
+    unsafe {
+        let mut page = (*heap).queues[class].first;
+        while !page.is_null() {
+            let next = (*page).next;
+            if (*page).free.is_null() {
+                (*page).collect_remote();
+            }
+            if (*page).free.is_null() {
+                (*page).extend();
+            }
+            if !(*page).free.is_null() {
+                debug_assert!((*page).is_valid());
+                queue_move_to_front(heap, page);
+                return page;
+            }
+            queue_remove(heap, page);
+            let seg = segment::segment_of((*page).start.add(1));
+            settle(heap, seg, page);
+            if (*page).in_use && (*page).flags == 0 {
+                // Remote frees arrived while parking: settle requeued it.
+                if (*page).free.is_null() {
+                    (*page).collect_remote();
+                }
+                if !(*page).free.is_null() {
+                    queue_move_to_front(heap, page);
+                    return page;
+                }
+            }
+            maybe_free_segment(heap, seg);
+            page = next;
+        }
+        let block_size = class::BLOCK_SIZE[class];
+        let page = page_alloc(heap, class as u8, class::span_pages(class), block_size);
+        if page.is_null() {
+            return page;
+        }
+        (*page).extend();
+        queue_push_front(heap, page);
+        page
+    }
+}
+
+/// Takes a span of `units` pages from one of the heap's segments (acquiring
+/// a segment if none has room) and initialises it for `block_size`.
+pub(crate) unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_size: usize) -> *mut Page {
+    // SAFETY: heap is the caller's own heap; its segments are owned by it.
+    unsafe {
+        let mut seg = (*heap).segments;
+        let mut found = None;
+        while !seg.is_null() {
+            if let Some(i) = (*seg).take_span(units) {
+                found = Some((seg, i));
+                break;
+            }
+            seg = (*seg).next;
+        }
+        let (seg, first) = match found {
+            Some(f) => f,
+            None => {
+                let seg = segment_acquire(heap, units);
+                if seg.is_null() {
+                    return ptr::null_mut();
+                }
+                match (*seg).take_span(units) {
+                    Some(i) => (seg, i),
+                    None => return ptr::null_mut(),
+                }
+            }
+        };
+        let fresh = (*seg).mark_dirty(first, units);
+        let page = &mut (*seg).pages[first] as *mut Page;
+        let guard = if first + units == PAGES_PER_SEGMENT {
+            crate::page::GUARD_BYTES
+        } else {
+            0
+        };
+        let bytes = units * PAGE_SIZE - guard;
+        let block_size = if class == LARGE_CLASS { bytes } else { block_size };
+        (*page).init(class, block_size, (*seg).page_start(first), units as u32, bytes, fresh);
+        for k in 1..units {
+            (*seg).pages[first + k].head = page;
+        }
+        (*seg).used_pages += 1;
+        stats::page_in_use(1);
+        page
+    }
+}
+
+/// Frees `seg` when it has no page in use, unless it is the heap's only
+/// segment (kept to avoid churn).
+pub(crate) unsafe fn maybe_free_segment(heap: *mut Heap, seg: *mut Segment) {
+    // SAFETY: seg is a segment of heap's list and nobody is walking it.
+    unsafe {
+        if (*seg).used_pages == 0 && !((*heap).segments == seg && (*seg).next.is_null()) {
+            unlink_segment(heap, seg);
+            arena::segment_free(seg);
+        }
+    }
+}
+
+/// Returns a page's span to its segment and schedules it for purging.
+/// Returns the segment's purge deadline (0 = none).
+pub(crate) unsafe fn release_span(seg: *mut Segment, page: *mut Page) -> u64 {
+    // SAFETY: page is an in-use span head of seg, owned by the caller.
+    unsafe {
+        // A pusher still telling us about this page would touch the
+        // segment after we free it (see `page.rs`, parking).
+        (*page).wait_notifier();
+        (*page).in_use = false;
+        (*page).set_carved(0);
+        (*page).flags = 0;
+        (*page).free = ptr::null_mut();
+        let first = (*seg).page_index(page);
+        let units = (*page).units as usize;
+        (*seg).return_span(first, units);
+        (*seg).used_pages -= 1;
+        stats::page_in_use(-1);
+        (*seg).schedule_purge(first, units)
+    }
+}
+
+/// Releases `page`'s span on behalf of `heap` and notes the purge deadline.
+pub(crate) unsafe fn release_page(heap: *mut Heap, seg: *mut Segment, page: *mut Page) {
+    // SAFETY: forwarded from the caller: page is an in-use page of seg owned by heap.
+    unsafe {
+        let at = release_span(seg, page);
+        if at != 0 && ((*heap).purge_at_ms == 0 || at < (*heap).purge_at_ms) {
+            (*heap).purge_at_ms = at;
+        }
+    }
+}

@@ -1,4 +1,17 @@
-//! Thread exit and reclaim. An exiting thread's heap is abandoned
+//! Thread exit and reclaim.
+//!
+//! An exiting thread's heap is *retired* (`heap_retire`): tidied (remote
+//! batches pushed, notifications taken, empty pages given back and free
+//! pages purged) and kept whole — segments, queues, pages — on a short list
+//! for the next new thread, which takes it over as it is
+//! (`heap_for_thread`): no segment changes hands, its first allocation is
+//! a fast-path hit, and the blocks the dead thread left behind (handed to
+//! other threads, freed by them later) are its own again. glibc reuses a
+//! dead thread's arena for a new thread for the same reason; it is what
+//! makes a thread-per-task program cheap (the `churn` workload).
+//!
+//! A heap that cannot wait there (the list is full) or has waited too long
+//! (`RETIRED_MAX_AGE_MS`, checked by the global purge pass) is *abandoned*
 //! (`heap_abandon`): its empty pages and segments are freed, every other
 //! segment is published on the abandoned list with its owner cleared — its
 //! pages keep their lists, and remote frees keep arriving on their atomic
@@ -7,14 +20,15 @@
 //! every page they hold.
 
 use crate::arena;
-use crate::heap::{adopt, pool_put, unlink_segment, Heap};
+use crate::heap::{adopt, heap_new, pool_put, unlink_segment, Heap};
 use crate::page::Page;
 use crate::page_queue::settle;
 use crate::refill::release_span;
 use crate::remote::flush_remote;
 use crate::segment::{Segment, PAGES_PER_SEGMENT};
 use crate::stats;
-use crate::sync::Ordering;
+use crate::sync::{global, Ordering, SpinLock};
+use core::cell::UnsafeCell;
 use core::ptr;
 
 /// Abandoned segments examined per segment acquisition: enough to drain
@@ -95,6 +109,16 @@ unsafe fn reclaim(heap: *mut Heap, seg: *mut Segment) {
 /// `heap` must be a heap no thread uses any more.
 pub(crate) unsafe fn heap_abandon(heap: *mut Heap) {
     stats::heap_in_use(-1);
+    // SAFETY: the caller's guarantee.
+    unsafe { abandon_segments(heap) };
+}
+
+/// `heap_abandon` but for the count of heaps in use (a retired heap no
+/// longer counts).
+///
+/// # Safety
+/// `heap` must be a heap no thread uses any more.
+unsafe fn abandon_segments(heap: *mut Heap) {
     // SAFETY: heap is unused; its segments are owned by it.
     unsafe {
         (*heap).counts.flush();
@@ -139,6 +163,159 @@ pub(crate) unsafe fn heap_abandon(heap: *mut Heap) {
         }
         pool_put(heap);
     }
+}
+
+// ---------------------------------------------------------------------------
+// Retired heaps: exited threads' heaps kept whole for the next new thread.
+
+/// Retired heaps kept at most: a program's threads come and go by the
+/// handful; more than this waiting means they are not coming back soon.
+const RETIRED_MAX: usize = 16;
+/// A retired heap no new thread has taken over within this long is
+/// abandoned (its segments become reclaimable piece by piece).
+const RETIRED_MAX_AGE_MS: u64 = 1000;
+
+struct Retired {
+    lock: SpinLock,
+    /// Linked through `Heap::pool_next`.
+    head: UnsafeCell<*mut Heap>,
+    count: UnsafeCell<usize>,
+}
+
+// SAFETY: head and count are only accessed with `lock` held; the heaps on
+// the list are used by no thread.
+unsafe impl Sync for Retired {}
+
+global! {
+    static RETIRED: Retired = Retired {
+        lock: SpinLock::new(),
+        head: UnsafeCell::new(ptr::null_mut()),
+        count: UnsafeCell::new(0),
+    };
+}
+
+/// Gives up the heap of an exiting thread: tidies it and keeps it whole
+/// for the next new thread, or abandons it when `RETIRED_MAX` wait already
+/// (or it owns nothing, when the struct simply goes back to the pool).
+///
+/// # Safety
+/// `heap` must be a heap no thread uses any more.
+pub(crate) unsafe fn heap_retire(heap: *mut Heap) {
+    stats::heap_in_use(-1);
+    // SAFETY: heap is unused; its segments are owned by it.
+    unsafe {
+        (*heap).counts.flush();
+        flush_remote(heap);
+        crate::remote::take_notifications(heap);
+        crate::purge::tidy_for_retire(heap);
+        if (*heap).segments.is_null() {
+            pool_put(heap);
+            return;
+        }
+        (*heap).retired_at_ms = crate::os::now_ms();
+        RETIRED.lock.lock();
+        let kept = *RETIRED.count.get() < RETIRED_MAX;
+        if kept {
+            (*heap).pool_next = *RETIRED.head.get();
+            *RETIRED.head.get() = heap;
+            *RETIRED.count.get() += 1;
+        }
+        RETIRED.lock.unlock();
+        if kept {
+            stats::heap_retired(1);
+            crate::purge::note_retired();
+        } else {
+            abandon_segments(heap);
+        }
+    }
+}
+
+/// A heap for a thread that has none: the most recently retired heap, taken
+/// over as it is, else a fresh one (null when out of memory).
+pub(crate) fn heap_for_thread() -> *mut Heap {
+    RETIRED.lock.lock();
+    // SAFETY: the lock is held.
+    let heap = unsafe {
+        let heap = *RETIRED.head.get();
+        if !heap.is_null() {
+            *RETIRED.head.get() = (*heap).pool_next;
+            *RETIRED.count.get() -= 1;
+        }
+        heap
+    };
+    RETIRED.lock.unlock();
+    if heap.is_null() {
+        return heap_new();
+    }
+    // SAFETY: taken off the list: ours alone now.
+    unsafe {
+        (*heap).pool_next = ptr::null_mut();
+        (*heap).retired_at_ms = 0;
+    }
+    stats::heap_retired(-1);
+    stats::heap_in_use(1);
+    heap
+}
+
+/// The global purge pass's look at the retired heaps: abandons those that
+/// waited longer than `RETIRED_MAX_AGE_MS` (all with `force`). Returns when
+/// to look again (`u64::MAX`: nothing waits).
+pub(crate) fn age_retired(now: u64, force: bool) -> u64 {
+    RETIRED.lock.lock();
+    let mut old: *mut Heap = ptr::null_mut();
+    let mut next = u64::MAX;
+    // SAFETY: the lock is held; listed heaps are used by no thread.
+    unsafe {
+        let mut link: *mut *mut Heap = RETIRED.head.get();
+        while !(*link).is_null() {
+            let heap = *link;
+            let due = (*heap).retired_at_ms + RETIRED_MAX_AGE_MS;
+            if force || due <= now {
+                *link = (*heap).pool_next;
+                *RETIRED.count.get() -= 1;
+                (*heap).pool_next = old;
+                old = heap;
+            } else {
+                next = next.min(due);
+                link = &raw mut (*heap).pool_next;
+            }
+        }
+    }
+    RETIRED.lock.unlock();
+    while !old.is_null() {
+        // SAFETY: taken off the list above: ours alone.
+        unsafe {
+            let heap = old;
+            old = (*heap).pool_next;
+            stats::heap_retired(-1);
+            abandon_segments(heap);
+        }
+    }
+    next
+}
+
+/// Calls `f` on every retired heap (fork's child, which is alone).
+pub(crate) fn retired_for_each(mut f: impl FnMut(*mut Heap)) {
+    RETIRED.lock.lock();
+    // SAFETY: the lock is held; listed heaps are used by no thread.
+    unsafe {
+        let mut heap = *RETIRED.head.get();
+        while !heap.is_null() {
+            f(heap);
+            heap = (*heap).pool_next;
+        }
+    }
+    RETIRED.lock.unlock();
+}
+
+/// `fork` prepare: hold the retired list's lock across the fork.
+pub(crate) fn lock_retired() {
+    RETIRED.lock.lock();
+}
+
+/// `fork` parent/child: release what `lock_retired` took.
+pub(crate) fn unlock_retired() {
+    RETIRED.lock.unlock();
 }
 
 #[cfg(all(test, not(hakmem_loom)))]

@@ -8,9 +8,9 @@
 //! heap, the heartbeat running out — goes to `refill` (refill.rs), which
 //! does the heap's duties and finds a page with a free block.
 
-use crate::abandon::heap_abandon;
+use crate::abandon::{heap_for_thread, heap_retire};
 use crate::class::{self, CLASS_COUNT, LARGE_CLASS};
-use crate::heap::{current_or_init, heap_new, Heap, EXITED_HEAP};
+use crate::heap::{current_or_init, Heap, EXITED_HEAP};
 use crate::os;
 use crate::page::{Block, Page, PAGE_IN_FULL};
 use crate::refill::{page_alloc, refill};
@@ -171,16 +171,17 @@ unsafe fn zeroed_from(heap: *mut Heap, page: *mut Page, class: usize, size: usiz
     }
 }
 
-/// An allocation by a thread whose heap was abandoned when it exited (a
+/// An allocation by a thread whose heap was retired when it exited (a
 /// later pthread-key destructor of another library called malloc): served
-/// by a heap made for this one allocation and abandoned right after it, so
-/// nothing stays owned by a thread that is gone (glibc runs no destructor
-/// round after its last, so a heap registered with our key then would never
-/// be given up). `fail` is what to return when no heap can be had.
+/// by a heap taken for this one allocation and retired again right after
+/// it, so nothing stays owned by a thread that is gone (glibc runs no
+/// destructor round after its last, so a heap registered with our key then
+/// would never be given up). `fail` is what to return when no heap can be
+/// had.
 #[cold]
 #[inline(never)]
 fn alloc_after_exit<T>(alloc: impl FnOnce() -> T, fail: T) -> T {
-    let heap = heap_new();
+    let heap = heap_for_thread();
     if heap.is_null() {
         os::set_errno(os::ENOMEM);
         return fail;
@@ -188,9 +189,9 @@ fn alloc_after_exit<T>(alloc: impl FnOnce() -> T, fail: T) -> T {
     thread::set_heap(heap);
     let result = alloc();
     thread::set_heap(EXITED_HEAP.get());
-    // SAFETY: the heap was made above for this call alone, and the thread's
-    // slot no longer names it.
-    unsafe { heap_abandon(heap) };
+    // SAFETY: the heap was taken above for this call alone, and the
+    // thread's slot no longer names it.
+    unsafe { heap_retire(heap) };
     result
 }
 

@@ -24,11 +24,12 @@
 //!
 //! (page.rs describes a page's states and who moves it between them.)
 //!
-//! A heap whose thread exits is abandoned: its empty pages and segments are
-//! freed, the rest published for reclaim (`abandon::heap_abandon`); the
-//! heap struct goes back to the pool and is never unmapped, because a
-//! remote free may still hold its address to notify it (a stale
-//! notification only costs a scan).
+//! A heap whose thread exits is retired (`abandon::heap_retire`): tidied,
+//! and kept whole for the next new thread to take over, or abandoned — its
+//! empty pages and segments freed, the rest published for reclaim
+//! (`abandon::heap_abandon`) — and the heap struct put back in the pool. A
+//! heap struct is never unmapped, because a remote free may still hold its
+//! address to notify it (a stale notification only costs a scan).
 
 use crate::alloc::HEARTBEAT_ALLOCS;
 use crate::class::{CLASS_COUNT, SMALL_DIRECT_LEN};
@@ -70,8 +71,11 @@ pub(crate) struct Heap {
     /// Blocks this thread freed into other threads' pages, gathered per
     /// page and pushed there one chain at a time (see `remote_free`).
     pub(crate) remote: [RemoteBatch; REMOTE_BATCHES],
-    /// Next heap in the pool's free list.
+    /// Next heap in the pool's free list, or in the list of retired heaps.
     pub(crate) pool_next: *mut Heap,
+    /// When the heap was retired (its thread exited; ms), while it waits on
+    /// the retired list (`abandon::heap_retire`).
+    pub(crate) retired_at_ms: u64,
     /// Set by a remote free that ended a parked-full state in one of our
     /// segments. The one field other threads write: on a line of its own,
     /// so those writes never evict the direct tables.
@@ -145,6 +149,7 @@ impl Heap {
             counts: stats::HeapCounts::ZERO,
             remote: [RemoteBatch::EMPTY; REMOTE_BATCHES],
             pool_next: ptr::null_mut(),
+            retired_at_ms: 0,
             notified,
         }
     }
@@ -316,6 +321,7 @@ impl Heap {
         self.counts = stats::HeapCounts::ZERO;
         self.remote = [RemoteBatch::EMPTY; REMOTE_BATCHES];
         self.pool_next = ptr::null_mut();
+        self.retired_at_ms = 0;
         // Relaxed: a stale notification that lands after this only costs
         // a scan.
         self.notified.store(false, Ordering::Relaxed);

@@ -5,6 +5,15 @@
 //! common offset (alignments up to 64 KiB) are cached for reuse after free
 //! (at most `HUGE_CACHE_SLOTS` of them and `HUGE_CACHE_BYTES_MAX` in all)
 //! and purged after the delay; `realloc` resizes them with `mremap`.
+//!
+//! A cached mapping serves any huge request, not only one of its own size:
+//! the closest fit is taken (the smallest that is large enough, else the
+//! largest) and resized with `mremap` — shrunk in place, which gives the
+//! tail back, or grown in place or moved page tables and all. Its resident
+//! pages are reused as they are: a program that cycles through buffers of
+//! varying multi-MiB sizes takes page faults only for what a buffer has
+//! beyond the one it replaces, not for every byte of every buffer (mimalloc
+//! and tcmalloc reuse freed ranges for smaller requests the same way).
 
 use crate::arena::{advise_thp, NO_CACHES};
 use crate::config::config;
@@ -26,6 +35,9 @@ fn huge_offset(align: usize) -> usize {
 /// Huge mappings kept for reuse after free, so that a program cycling
 /// through multi-MiB buffers does not mmap/munmap per allocation.
 const HUGE_CACHE_SLOTS: usize = 64;
+/// A cached mapping up to this many times larger than a request serves it
+/// as it is (its tail stays, resident or not); a larger one is shrunk.
+const SHRINK_FACTOR: usize = 4;
 /// Bytes the huge cache may hold at most.
 const HUGE_CACHE_BYTES_MAX: usize = 256 << 20;
 
@@ -68,20 +80,42 @@ fn huge_mapping_size(total: usize) -> Option<usize> {
     total.checked_add(step - 1).map(|t| t & !(step - 1))
 }
 
+/// Takes the cached mapping that serves a request for `mapping_size` bytes
+/// best: among those whose pages are still resident (not purged) if any,
+/// the smallest at least that large, else the largest. Null when the cache
+/// is empty. In `secure` builds only an exact size fits (a resize would
+/// move the guard page into the block).
 fn huge_cache_take(mapping_size: usize) -> *mut Segment {
     HUGE_CACHE.lock.lock();
-    let mut found = ptr::null_mut();
+    let mut best: Option<usize> = None;
     // SAFETY: the lock is held; cached segments are unused huge segments.
-    unsafe {
-        for slot in (*HUGE_CACHE.slots.get()).iter_mut() {
-            if !slot.is_null() && (**slot).mapping_size == mapping_size {
-                found = *slot;
-                *slot = ptr::null_mut();
-                *HUGE_CACHE.bytes.get() -= mapping_size;
-                break;
+    let found = unsafe {
+        let slots = &mut *HUGE_CACHE.slots.get();
+        // Ordered by: resident first, then large enough, then closest size.
+        let rank = |s: *mut Segment| {
+            let size = (*s).mapping_size;
+            let fits = size >= mapping_size;
+            let gap = if fits { size - mapping_size } else { mapping_size - size };
+            ((*s).purged_units != 0, !fits, gap)
+        };
+        for (i, &slot) in slots.iter().enumerate() {
+            if slot.is_null() || (cfg!(feature = "secure") && (*slot).mapping_size != mapping_size) {
+                continue;
+            }
+            if best.is_none_or(|b| rank(slot) < rank(slots[b])) {
+                best = Some(i);
             }
         }
-    }
+        match best {
+            Some(i) => {
+                let s = slots[i];
+                slots[i] = ptr::null_mut();
+                *HUGE_CACHE.bytes.get() -= (*s).mapping_size;
+                s
+            }
+            None => ptr::null_mut(),
+        }
+    };
     HUGE_CACHE.lock.unlock();
     found
 }
@@ -141,20 +175,39 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     }
     if offset == PAGE_SIZE {
         let cached = huge_cache_take(total);
-        if !cached.is_null() {
-            let p = (cached as usize + offset) as *mut u8;
-            // SAFETY: a segment taken from the huge cache is exclusively
-            // ours; its block is mapped and at least a page long.
+        // SAFETY: a segment taken from the huge cache is exclusively ours;
+        // resizing it keeps its header (moved with it, or in place).
+        let reused = if cached.is_null() {
+            cached
+        } else {
+            // SAFETY: as above.
+            let have = unsafe { (*cached).mapping_size };
+            if have >= total && have <= total.saturating_mul(SHRINK_FACTOR) {
+                cached
+            } else {
+                // SAFETY: as above.
+                unsafe { resize_mapping(cached, total) }
+            }
+        };
+        if !reused.is_null() {
+            let p = (reused as usize + offset) as *mut u8;
+            // SAFETY: reused is exclusively ours; its block is mapped and at
+            // least a page long.
             let zero = unsafe {
                 (*(p as *mut crate::page::Block)).freed = 0;
-                if (*cached).purged_units != 0 {
-                    (*cached).purged_units = 0;
-                    stats::committed(((*cached).mapping_size - PAGE_SIZE) as isize);
+                if (*reused).purged_units != 0 {
+                    (*reused).purged_units = 0;
+                    stats::committed(((*reused).mapping_size - PAGE_SIZE) as isize);
                 }
-                (*cached).dirty_units == 0
+                (*reused).dirty_units == 0
             };
             stats::huge_in_use(1);
             return (p, zero);
+        }
+        if !cached.is_null() {
+            // The resize failed (out of address space): give it back.
+            // SAFETY: cached is an unused huge segment no list refers to.
+            unsafe { huge_unmap(cached) };
         }
     }
     // The header must be 2 MiB-aligned; for alignments above 2 MiB the block
@@ -249,17 +302,38 @@ pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: u
         return ptr::null_mut();
     };
     // SAFETY: the caller guarantees segment is live and ours.
-    let old_total = unsafe { (*segment).mapping_size };
-    if new_total == old_total {
-        return p;
+    let moved = unsafe { resize_mapping(segment, new_total) };
+    if moved.is_null() {
+        return moved as *mut u8;
     }
+    (moved as usize + PAGE_SIZE) as *mut u8
+}
+
+/// Resizes huge `segment`'s mapping to `new_total` bytes without copying:
+/// in place when it can shrink or grow where it is, else moved, page
+/// tables and all (`mremap`), to a fresh aligned range. Pages already
+/// resident stay resident; a purged mapping stays purged (what is added is
+/// fresh). Returns the segment's (possibly new) header, or null when it
+/// cannot (then it is untouched).
+///
+/// # Safety
+/// `segment` must be a huge segment used by the caller only (its block
+/// live and the caller's, or cached and taken off the cache).
+unsafe fn resize_mapping(segment: *mut Segment, new_total: usize) -> *mut Segment {
+    // SAFETY: the caller guarantees segment is ours.
+    let (old_total, purged) = unsafe { ((*segment).mapping_size, (*segment).purged_units != 0) };
+    if new_total == old_total {
+        return segment;
+    }
+    // What the accounting counts: the whole mapping, less a purged body.
+    let committed = |total: usize| if purged { PAGE_SIZE } else { total } as isize;
     // SAFETY: shrinking drops only the tail beyond the new size, which the
     // caller no longer needs; growing in place only adds fresh pages.
     if unsafe { os::remap_in_place(segment as *mut u8, old_total, new_total) } {
         // SAFETY: as above.
         unsafe { (*segment).mapping_size = new_total };
-        stats::committed(new_total as isize - old_total as isize);
-        return p;
+        stats::committed(committed(new_total) - committed(old_total));
+        return segment;
     }
     let target = os::map_aligned(new_total, SEGMENT_SIZE, 0);
     if target.is_null() {
@@ -286,9 +360,9 @@ pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: u
         (*moved).mapping_size = new_total;
         (*moved).reset_page_heads();
     }
-    stats::committed(new_total as isize - old_total as isize);
+    stats::committed(committed(new_total) - committed(old_total));
     map_set(moved, true);
-    (target as usize + PAGE_SIZE) as *mut u8
+    moved
 }
 
 /// Usable bytes of huge block `p` in `segment`.
@@ -436,19 +510,6 @@ mod tests {
             }
             align *= 4;
         }
-    }
-
-    #[test]
-    fn huge_mappings_are_reused_by_similar_sizes() {
-        let (p, zero) = huge_alloc(5 << 20, 16);
-        assert!(zero);
-        // SAFETY: p is a live huge block of 5 MiB.
-        unsafe { huge_free(segment_of(p), p) };
-        let (q, zero) = huge_alloc((5 << 20) - 1000, 16);
-        assert_eq!(p, q, "the freed mapping is reused");
-        assert_eq!(zero, config().purge_delay_ms == 0);
-        // SAFETY: q is a live huge block.
-        unsafe { huge_free(segment_of(q), q) };
     }
 
     #[test]

@@ -75,6 +75,21 @@ unsafe fn sweep(heap: *mut Heap, release_all: bool) {
     }
 }
 
+/// Tidies the heap of an exiting thread before it is retired: takes in
+/// remote frees, gives back every empty page, and purges every free page
+/// now — a thread's exit is where its memory should go back, since nothing
+/// will run this heap's delayed purges until another thread takes it over.
+///
+/// # Safety
+/// `heap` must be a heap no thread uses any more.
+pub(crate) unsafe fn tidy_for_retire(heap: *mut Heap) {
+    // SAFETY: the caller's guarantee: heap is ours alone.
+    unsafe {
+        sweep(heap, true);
+        heap_purge(heap, os::now_ms(), true);
+    }
+}
+
 /// Purges the pending pages of our segments that are due (all when `force`).
 unsafe fn heap_purge(heap: *mut Heap, now: u64, force: bool) {
     // SAFETY: heap is the caller's own heap; its segments are owned by it.
@@ -119,6 +134,12 @@ pub(crate) fn collect(force: bool) {
 /// and a stale value only moves a purge pass earlier or later.
 pub(crate) static GLOBAL_PURGE_AT: AtomicU64 = AtomicU64::new(u64::MAX);
 
+/// A heap was retired: the global purge pass must come by to abandon it
+/// if no new thread takes it over in time.
+pub(crate) fn note_retired() {
+    GLOBAL_PURGE_AT.fetch_min(os::now_ms() + 1000, Ordering::Relaxed);
+}
+
 /// Whether some cached memory may be due for purging at `now`.
 #[inline]
 pub(crate) fn global_purge_due(now: u64) -> bool {
@@ -149,6 +170,7 @@ pub(crate) fn purge_global(now: u64, force: bool) {
     let mut next = purge_list(&SEGMENT_CACHE, SEGMENT_CACHE_MAX, now, force);
     next = next.min(purge_list(&ABANDONED, usize::MAX, now, force));
     next = next.min(huge::purge_huge_cache(now, force));
+    next = next.min(crate::abandon::age_retired(now, force));
     if next != u64::MAX {
         GLOBAL_PURGE_AT.fetch_min(next, Ordering::Relaxed);
     }

@@ -246,6 +246,15 @@ pub(crate) fn fork_child_repair() {
         }
     }
     arena::abandoned_for_each(|seg| repair(seg, ptr::null_mut()));
+    crate::abandon::retired_for_each(|retired| {
+        // SAFETY: a retired heap no thread uses; the child is alone.
+        let mut seg = unsafe { (*retired).segments };
+        while !seg.is_null() {
+            repair(seg, retired);
+            // SAFETY: as above.
+            seg = unsafe { (*seg).next };
+        }
+    });
 }
 
 #[cfg(all(test, not(hakmem_loom)))]

@@ -25,6 +25,7 @@ pub const HUGE_ROW: usize = CLASS_COUNT + 1;
 pub const ROWS: usize = CLASS_COUNT + 2;
 
 static HEAPS_IN_USE: AtomicUsize = AtomicUsize::new(0);
+static HEAPS_RETIRED: AtomicUsize = AtomicUsize::new(0);
 static SEGMENTS_MAPPED: AtomicUsize = AtomicUsize::new(0);
 static PAGES_IN_USE: AtomicUsize = AtomicUsize::new(0);
 static HUGE_IN_USE: AtomicUsize = AtomicUsize::new(0);
@@ -44,6 +45,8 @@ pub struct Stats {
     pub os: OsCounters,
     /// Thread heaps in use (a thread's from its first allocation to its exit).
     pub heaps_in_use: usize,
+    /// Heaps of exited threads kept whole for the next new thread.
+    pub heaps_retired: usize,
     /// Normal segments mapped (owned, cached or abandoned).
     pub segments_mapped: usize,
     /// Empty segments in the cache.
@@ -68,6 +71,10 @@ pub struct Stats {
     pub allocs: [usize; ROWS],
     /// Frees by the owning thread's fast path per class; zeros without `stats`.
     pub frees: [usize; ROWS],
+}
+
+pub(crate) fn heap_retired(delta: isize) {
+    HEAPS_RETIRED.fetch_add(delta as usize, Ordering::Relaxed);
 }
 
 pub(crate) fn heap_in_use(delta: isize) {
@@ -165,6 +172,7 @@ pub fn stats() -> Stats {
     Stats {
         os: os::os_counters(),
         heaps_in_use: HEAPS_IN_USE.load(Ordering::Relaxed),
+        heaps_retired: HEAPS_RETIRED.load(Ordering::Relaxed),
         segments_mapped: SEGMENTS_MAPPED.load(Ordering::Relaxed),
         segments_cached: crate::arena::cached_count(),
         segments_abandoned: crate::arena::abandoned_count(),
@@ -201,6 +209,7 @@ pub fn print_stats() {
     ]);
     line(&[
         ("heaps_in_use", s.heaps_in_use as u64),
+        ("heaps_retired", s.heaps_retired as u64),
         ("segments_mapped", s.segments_mapped as u64),
         ("cached", s.segments_cached as u64),
         ("abandoned", s.segments_abandoned as u64),
@@ -250,10 +259,11 @@ pub fn print_stats() {
 pub fn stats_json(out: &mut [u8]) -> usize {
     let s = stats();
     let mut w = StackText::<4096>::new();
-    let fields: [(&str, usize); 15] = [
+    let fields: [(&str, usize); 16] = [
         ("committed_bytes", s.committed_bytes),
         ("peak_committed_bytes", s.peak_committed_bytes),
         ("heaps_in_use", s.heaps_in_use),
+        ("heaps_retired", s.heaps_retired),
         ("segments_mapped", s.segments_mapped),
         ("segments_cached", s.segments_cached),
         ("segments_abandoned", s.segments_abandoned),

@@ -127,7 +127,7 @@ fn create_thread_key() -> Option<os::ThreadKey> {
 #[cold]
 #[inline(never)]
 pub(crate) fn init_heap() -> *mut Heap {
-    let heap = heap::heap_new();
+    let heap = crate::abandon::heap_for_thread();
     if heap.is_null() {
         return heap;
     }
@@ -188,19 +188,21 @@ extern "C" fn thread_exit(value: *mut c_void) {
     }
     // SAFETY: the key's value is the heap this thread created in init_heap,
     // used by no other thread.
-    unsafe { crate::abandon::heap_abandon(heap) };
+    unsafe { crate::abandon::heap_retire(heap) };
 }
 
 #[cfg(not(hakmem_loom))]
 extern "C" fn fork_prepare() {
     arch::fork_lock();
     heap::pool_lock();
+    crate::abandon::lock_retired();
     arena::lock_all();
 }
 
 #[cfg(not(hakmem_loom))]
 extern "C" fn fork_parent() {
     arena::unlock_all();
+    crate::abandon::unlock_retired();
     heap::pool_unlock();
     arch::fork_unlock();
 }
@@ -208,6 +210,7 @@ extern "C" fn fork_parent() {
 #[cfg(not(hakmem_loom))]
 extern "C" fn fork_child() {
     arena::unlock_all();
+    crate::abandon::unlock_retired();
     heap::pool_unlock();
     arch::fork_unlock();
     crate::remote::fork_child_repair();

@@ -21,14 +21,14 @@ fn text(bytes: &[u8]) -> String {
 }
 
 /// Whether `tool --version` runs. A test that needs a missing tool says
-/// SKIPPED and passes, or fails when `HAKMEM_REQUIRE_TOOLS` is set (as
+/// SKIPPED and passes, or fails when `REQUIRE_TEST_TOOLS` is set (as
 /// `.ci/run` does, having installed them all).
 fn have(tool: &str, test: &str) -> bool {
     let present = Command::new(tool).arg("--version").output().is_ok();
     if !present {
         assert!(
-            std::env::var_os("HAKMEM_REQUIRE_TOOLS").is_none(),
-            "{test}: {tool} is not installed, and HAKMEM_REQUIRE_TOOLS is set"
+            std::env::var_os("REQUIRE_TEST_TOOLS").is_none(),
+            "{test}: {tool} is not installed, and REQUIRE_TEST_TOOLS is set"
         );
         eprintln!("SKIPPED {test}: {tool} is not installed");
     }

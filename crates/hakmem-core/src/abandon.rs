@@ -77,7 +77,7 @@ fn has_run(free_units: u32, units: usize) -> bool {
 
 /// Takes over an abandoned segment: collects every page, frees the empty
 /// ones, queues those with free blocks, parks the full ones.
-unsafe fn reclaim(heap: *mut Heap, seg: *mut Segment) {
+pub(crate) unsafe fn reclaim(heap: *mut Heap, seg: *mut Segment) {
     // SAFETY: seg came off the abandoned list, so nobody else owns it;
     // remote frees may still push onto its pages' atomic lists.
     unsafe {
@@ -171,6 +171,12 @@ unsafe fn abandon_segments(heap: *mut Heap) {
 /// Retired heaps kept at most: a program's threads come and go by the
 /// handful; more than this waiting means they are not coming back soon.
 const RETIRED_MAX: usize = 16;
+/// A heap that owns more segments than this is abandoned at its thread's
+/// exit, not retired: what it holds is most likely blocks handed to other
+/// threads (a burst a producer left behind), which those threads take over
+/// as they free them (`free::free_slow`), rather than a working set the
+/// next thread will want.
+const RETIRE_SEGMENTS_MAX: usize = 4;
 /// A retired heap no new thread has taken over within this long is
 /// abandoned (its segments become reclaimable piece by piece).
 const RETIRED_MAX_AGE_MS: u64 = 1000;
@@ -212,9 +218,15 @@ pub(crate) unsafe fn heap_retire(heap: *mut Heap) {
             pool_put(heap);
             return;
         }
+        let mut segments = 0;
+        let mut seg = (*heap).segments;
+        while !seg.is_null() && segments <= RETIRE_SEGMENTS_MAX {
+            segments += 1;
+            seg = (*seg).next;
+        }
         (*heap).retired_at_ms = crate::os::now_ms();
         RETIRED.lock.lock();
-        let kept = *RETIRED.count.get() < RETIRED_MAX;
+        let kept = *RETIRED.count.get() < RETIRED_MAX && segments <= RETIRE_SEGMENTS_MAX;
         if kept {
             (*heap).pool_next = *RETIRED.head.get();
             *RETIRED.head.get() = heap;

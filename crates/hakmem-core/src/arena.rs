@@ -137,6 +137,12 @@ pub(crate) fn abandoned_pop() -> *mut Segment {
     ABANDONED.pop()
 }
 
+/// Takes `segment` off the abandoned list if it is still there (nobody has
+/// reclaimed it meanwhile); returns whether it was.
+pub(crate) fn abandoned_take(segment: *mut Segment) -> bool {
+    ABANDONED.remove(segment)
+}
+
 /// Calls `f` on every abandoned segment (fork's child, which is alone).
 pub(crate) fn abandoned_for_each(f: impl FnMut(*mut Segment)) {
     ABANDONED.for_each(f);

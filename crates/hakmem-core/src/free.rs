@@ -184,7 +184,38 @@ pub(crate) unsafe fn page_retire(heap: *mut Heap, seg: *mut Segment, page: *mut 
         queue_remove(heap, page);
         release_page(heap, seg, page);
         maybe_free_segment(heap, seg);
+        crate::purge::release_duty(heap);
     }
+}
+
+/// A free into a segment nobody owns (abandoned by an exited thread):
+/// the freeing thread takes the segment over when it is still on the
+/// abandoned list, so that this and its later frees into it are its own —
+/// pages given back as they empty, purged by its duties — instead of
+/// blocks piling up on remote stacks nobody collects until some thread
+/// happens to need a segment. Returns the heap to free with: the calling
+/// thread's, made now if it had none (a thread that only frees); the
+/// static heap it had when it has exited or no heap can be had.
+///
+/// # Safety
+/// `seg` must be a live normal segment of a block the caller is freeing.
+#[cold]
+#[inline(never)]
+unsafe fn take_over_abandoned(heap: *mut Heap, seg: *mut Segment) -> *mut Heap {
+    let heap = if heap == crate::heap::EMPTY_HEAP.get() {
+        crate::heap::current_or_init()
+    } else {
+        heap
+    };
+    if heap.is_null() || crate::heap::is_static_heap(heap) {
+        return thread::heap();
+    }
+    if crate::arena::abandoned_take(seg) {
+        // SAFETY: taking it off the list made the segment exclusively
+        // ours; heap is the calling thread's.
+        unsafe { crate::abandon::reclaim(heap, seg) };
+    }
+    heap
 }
 
 /// Free of a block that is huge, in a parked/large page, or owned by
@@ -209,13 +240,18 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
             huge::huge_free(seg, p);
             return;
         }
-        let heap = thread::heap();
+        let mut heap = thread::heap();
+        if (*seg).heap.load(Ordering::Relaxed).is_null() {
+            heap = take_over_abandoned(heap, seg);
+        }
         // Relaxed: only the owner writes its own heap here, so reading our
-        // heap means we wrote it (program order). A heap struct reused from
-        // the pool was abandoned first, which stored null in every segment
-        // it owned before the pool's lock handed the struct over (lock
-        // release → acquire), so a new thread never reads a predecessor's
-        // value as its own.
+        // heap means we wrote it (program order), or the thread whose heap
+        // we took over did (`heap_for_thread`: the retired list's lock
+        // orders its writes before ours). A heap struct reused from the
+        // pool was abandoned first, which stored null in every segment it
+        // owned before the pool's lock handed the struct over (lock release
+        // → acquire), so a new thread never reads a predecessor's value as
+        // its own.
         if (*seg).heap.load(Ordering::Relaxed) == heap {
             if (*page).on_free_was_free(p) {
                 os::report_pointer("free", "double free of", p);
@@ -225,6 +261,7 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
             if (*page).flags & PAGE_IN_FULL != 0 {
                 settle(heap, seg, page);
                 maybe_free_segment(heap, seg);
+                crate::purge::release_duty(heap);
             } else if (*page).used == 0 {
                 page_retire(heap, seg, page);
             }

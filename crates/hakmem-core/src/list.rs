@@ -86,6 +86,33 @@ impl<T: Linked> LockedList<T> {
         node
     }
 
+    /// Takes `node` off the list if it is on it; returns whether it was.
+    /// Walks the list (it is short, and a node is taken this way at most
+    /// once per stay on it).
+    #[cfg_attr(hakmem_loom, allow(dead_code))]
+    pub(crate) fn remove(&self, node: *mut T) -> bool {
+        self.lock.lock();
+        // SAFETY: the lock is held; nodes on the list are valid.
+        let found = unsafe {
+            let mut link: *mut *mut T = self.head.get();
+            loop {
+                let n = *link;
+                if n.is_null() {
+                    break false;
+                }
+                if n == node {
+                    *link = *T::next_link(n);
+                    *T::next_link(n) = ptr::null_mut();
+                    *self.count.get() -= 1;
+                    break true;
+                }
+                link = T::next_link(n);
+            }
+        };
+        self.lock.unlock();
+        found
+    }
+
     /// Number of nodes on the list.
     pub(crate) fn len(&self) -> usize {
         self.lock.lock();

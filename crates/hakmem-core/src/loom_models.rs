@@ -161,9 +161,11 @@ fn free_remotely(p: SendPtr<u8>) -> loom::thread::JoinHandle<()> {
     })
 }
 
-/// After the model's threads are done: the segment of `p` is unmapped, or
-/// waits on the abandoned list with the block on its page's remote stack,
-/// in which case a new heap reclaims it and finds it empty (the block came
+/// After the model's threads are done: the segment of `p` is unmapped; or
+/// the freeing thread took it over (it was abandoned when the block was
+/// freed, `free::take_over_abandoned`) and released the page; or it waits
+/// on the abandoned list with the block on its page's remote stack, in
+/// which case a new heap reclaims it and finds it empty (the block came
 /// back exactly once).
 fn block_came_back(p: SendPtr<u8>) {
     let seg = segment::segment_of(p.0);
@@ -171,6 +173,11 @@ fn block_came_back(p: SendPtr<u8>) {
     // still mapped under loom (unmaps are deferred to the execution's end).
     unsafe {
         if !(*seg).is_mapped() {
+            return;
+        }
+        if crate::arena::abandoned_count() == 0 {
+            assert!(!(*seg).heap.load(Ordering::Relaxed).is_null(), "taken over");
+            assert_eq!((*seg).used_pages, 0, "the block came back and its page was released");
             return;
         }
         assert_eq!(crate::arena::abandoned_count(), 1, "a mapped segment was abandoned");

@@ -83,12 +83,44 @@ unsafe fn sweep(heap: *mut Heap, release_all: bool) {
 /// # Safety
 /// `heap` must be a heap no thread uses any more.
 pub(crate) unsafe fn tidy_for_retire(heap: *mut Heap) {
+    let now = os::now_ms();
     // SAFETY: the caller's guarantee: heap is ours alone.
     unsafe {
         sweep(heap, true);
-        heap_purge(heap, os::now_ms(), true);
+        heap_purge(heap, now, true);
+    }
+    // The segments it emptied wait in the cache: they too go back now
+    // (a thread whose frees emptied them may be the last to run here).
+    purge_global(now, true);
+}
+
+/// Slow-path releases (a page given back by a free) run the heap's due
+/// purges: a thread that only frees — one that took over segments of an
+/// exited thread by freeing into them — never reaches the allocation slow
+/// path where `periodic` runs. Looks at the clock every
+/// `RELEASES_PER_CLOCK_CHECK`th release.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap.
+pub(crate) unsafe fn release_duty(heap: *mut Heap) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        (*heap).slow_ticks = (*heap).slow_ticks.wrapping_add(1);
+        if !(*heap).slow_ticks.is_multiple_of(RELEASES_PER_CLOCK_CHECK) {
+            return;
+        }
+        let now = os::now_ms();
+        if (*heap).purge_at_ms != 0 && now >= (*heap).purge_at_ms {
+            heap_purge(heap, now, false);
+        }
+        if global_purge_due(now) {
+            purge_global(now, false);
+        }
     }
 }
+
+/// See `release_duty`.
+const RELEASES_PER_CLOCK_CHECK: u32 = 8;
 
 /// Purges the pending pages of our segments that are due (all when `force`).
 unsafe fn heap_purge(heap: *mut Heap, now: u64, force: bool) {

@@ -2,7 +2,7 @@
 //! invalid read or write (no access to memory hakmem unmapped or never
 //! mapped). The test re-runs this binary under valgrind; where valgrind is
 //! not installed it prints a SKIPPED line (and fails when
-//! `HAKMEM_REQUIRE_TOOLS` is set, as `.ci/run` does: CI installs it).
+//! `REQUIRE_TEST_TOOLS` is set, as `.ci/run` does: CI installs it).
 
 use hakmem_core::Hakmem;
 use std::process::Command;

@@ -22,7 +22,7 @@ pub fn xorshift(state: &mut u64) -> u64 {
 }
 
 /// Whether `tool` can be run (`tool --version` succeeds). When it cannot:
-/// with `HAKMEM_REQUIRE_TOOLS` set (`.ci/run` sets it, and installs every
+/// with `REQUIRE_TEST_TOOLS` set (`.ci/run` sets it, and installs every
 /// tool the tests use) the test fails; otherwise a `SKIPPED` line goes to
 /// the terminal (past the test harness's capture) and the caller returns.
 pub fn have_tool(tool: &str, test: &str) -> bool {
@@ -32,8 +32,8 @@ pub fn have_tool(tool: &str, test: &str) -> bool {
         .is_ok_and(|o| o.status.success());
     if !found {
         assert!(
-            std::env::var_os("HAKMEM_REQUIRE_TOOLS").is_none(),
-            "{test}: {tool} is not installed, and HAKMEM_REQUIRE_TOOLS is set"
+            std::env::var_os("REQUIRE_TEST_TOOLS").is_none(),
+            "{test}: {tool} is not installed, and REQUIRE_TEST_TOOLS is set"
         );
         skipped(test, &format!("{tool} is not installed"));
     }

@@ -354,7 +354,7 @@ pub fn have(program: &str) -> bool {
 }
 
 /// For a test that needs `what` (a tool, or a condition it names): when
-/// `present`, true; otherwise, with `HAKMEM_REQUIRE_TOOLS` set (`.ci/run`
+/// `present`, true; otherwise, with `REQUIRE_TEST_TOOLS` set (`.ci/run`
 /// sets it and installs every tool the tests use) the test fails, and
 /// without it a `SKIPPED: <test>: <what>` line goes straight to the
 /// terminal (a passing test's `eprintln!` is captured and never shown) and
@@ -362,8 +362,8 @@ pub fn have(program: &str) -> bool {
 pub fn require(present: bool, test: &str, what: &str) -> bool {
     if !present {
         assert!(
-            std::env::var_os("HAKMEM_REQUIRE_TOOLS").is_none(),
-            "{test}: {what}, and HAKMEM_REQUIRE_TOOLS is set"
+            std::env::var_os("REQUIRE_TEST_TOOLS").is_none(),
+            "{test}: {what}, and REQUIRE_TEST_TOOLS is set"
         );
         use std::io::Write;
         let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {test}: {what}");

@@ -114,7 +114,9 @@ pub fn library(allocator: Allocator, exe_dir: &Path, scratch: &Path) -> Result<O
     }
     // Beside the executable is the build tree, but the executable may have
     // been copied anywhere (/tmp): preload nothing someone else could have
-    // put there or changed.
+    // put there or changed. A link (Debian's libtcmalloc_minimal.so.4 is
+    // one) is followed, and what it leads to is checked and preloaded.
+    let path = std::fs::canonicalize(&path).unwrap_or(path);
     let folder = path.parent().unwrap_or(Path::new("/"));
     if !scratch::trusted_file(&path) || !scratch::trusted_dir(folder) {
         return Err(format!(
@@ -191,7 +193,16 @@ mod tests {
         let set_mode = |path: &Path, mode| {
             std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap()
         };
+        // A link is followed: preloaded when what it leads to is trusted.
+        let link_dir = tempfile::tempdir().unwrap();
+        scratch::make_private(link_dir.path()).unwrap();
+        std::os::unix::fs::symlink(&hakmem, link_dir.path().join(HAKMEM_LIBRARY)).unwrap();
+        assert_eq!(
+            library(Allocator::Hakmem, link_dir.path(), dir),
+            Ok(Some(std::fs::canonicalize(&hakmem).unwrap()))
+        );
         set_mode(&hakmem, 0o666);
+        assert!(library(Allocator::Hakmem, link_dir.path(), dir).is_err());
         let refused = library(Allocator::Hakmem, exe_dir.path(), dir).unwrap_err();
         assert!(refused.contains("writable by others"), "{refused}");
         set_mode(&hakmem, 0o700);

@@ -18,6 +18,15 @@ pub enum OnError {
     Warn,
 }
 
+/// `HAKMEM_POLICY`: how the purge delay and the huge cache's limit are chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Adapted online to the reuse the program shows (default; policy.rs).
+    Adaptive,
+    /// The configured purge delay and the default huge cache limit.
+    Fixed,
+}
+
 /// The configuration in force.
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
@@ -29,6 +38,10 @@ pub struct Config {
     /// `HAKMEM_PURGE_DELAY`: milliseconds before free memory goes back to the
     /// OS; 0 = immediately, negative = never.
     pub purge_delay_ms: i64,
+    /// Whether `HAKMEM_PURGE_DELAY` was given (the policy keeps it then).
+    pub purge_delay_set: bool,
+    /// `HAKMEM_POLICY=adaptive|fixed`.
+    pub policy: Policy,
     /// `HAKMEM_THP=1`: ask for transparent huge pages on segments.
     pub thp: bool,
     /// `HAKMEM_ON_ERROR=abort|warn`.
@@ -47,12 +60,14 @@ const DEFAULT: Config = Config {
     stats: false,
     verbose: false,
     purge_delay_ms: DEFAULT_PURGE_DELAY_MS,
+    purge_delay_set: false,
+    policy: Policy::Adaptive,
     thp: false,
     on_error: OnError::Abort,
     system_thp_always: false,
 };
 
-const KNOWN: &str = "HAKMEM_STATS, HAKMEM_VERBOSE, HAKMEM_PURGE_DELAY, HAKMEM_THP, HAKMEM_ON_ERROR";
+const KNOWN: &str = "HAKMEM_STATS, HAKMEM_VERBOSE, HAKMEM_PURGE_DELAY, HAKMEM_POLICY, HAKMEM_THP, HAKMEM_ON_ERROR";
 
 struct ConfigCell(UnsafeCell<Config>);
 
@@ -115,7 +130,16 @@ fn apply(cfg: &mut Config, entry: &[u8]) {
         b"HAKMEM_STATS" => parse_bool(value).map(|v| cfg.stats = v),
         b"HAKMEM_VERBOSE" => parse_bool(value).map(|v| cfg.verbose = v),
         b"HAKMEM_THP" => parse_bool(value).map(|v| cfg.thp = v),
-        b"HAKMEM_PURGE_DELAY" => parse_i64(value).map(|v| cfg.purge_delay_ms = v.max(-1)),
+        b"HAKMEM_PURGE_DELAY" => parse_i64(value).map(|v| {
+            cfg.purge_delay_ms = v.max(-1);
+            cfg.purge_delay_set = true;
+        }),
+        b"HAKMEM_POLICY" => match value {
+            b"adaptive" => Some(Policy::Adaptive),
+            b"fixed" => Some(Policy::Fixed),
+            _ => None,
+        }
+        .map(|v| cfg.policy = v),
         b"HAKMEM_ON_ERROR" => match value {
             b"abort" => Some(OnError::Abort),
             b"warn" => Some(OnError::Warn),
@@ -174,6 +198,11 @@ fn print_config(cfg: &Config) {
     line.push_u64(cfg.stats as u64);
     line.push(b" purge_delay_ms=");
     line.push_i64(cfg.purge_delay_ms);
+    line.push(if cfg.policy == Policy::Adaptive {
+        b" policy=adaptive"
+    } else {
+        b" policy=fixed"
+    });
     line.push(b" thp=");
     line.push_u64(cfg.thp as u64);
     line.push(if cfg.on_error == OnError::Abort {
@@ -191,8 +220,15 @@ mod tests {
     #[test]
     fn values_parse_and_bad_ones_keep_the_default() {
         let mut cfg = DEFAULT;
+        assert!(!cfg.purge_delay_set);
         apply(&mut cfg, b"HAKMEM_PURGE_DELAY=1000");
         assert_eq!(cfg.purge_delay_ms, 1000);
+        assert!(cfg.purge_delay_set);
+        assert_eq!(cfg.policy, Policy::Adaptive);
+        apply(&mut cfg, b"HAKMEM_POLICY=fixed");
+        assert_eq!(cfg.policy, Policy::Fixed);
+        apply(&mut cfg, b"HAKMEM_POLICY=clever");
+        assert_eq!(cfg.policy, Policy::Fixed, "bad value keeps the previous one");
         apply(&mut cfg, b"HAKMEM_PURGE_DELAY=-1");
         assert_eq!(cfg.purge_delay_ms, -1);
         apply(&mut cfg, b"HAKMEM_PURGE_DELAY=soon");

@@ -3,8 +3,8 @@
 //! 2 MiB boundary (kind `Huge`, no owner heap, so every free of it takes
 //! the slow path, from any thread). Mappings whose block sits at the
 //! common offset (alignments up to 64 KiB) are cached for reuse after free
-//! (at most `HUGE_CACHE_SLOTS` of them and `HUGE_CACHE_BYTES_MAX` in all)
-//! and purged after the delay; `realloc` resizes them with `mremap`.
+//! (at most `HUGE_CACHE_SLOTS` of them, and bytes up to the limit policy.rs
+//! chooses) and purged after the delay; `realloc` resizes them with `mremap`.
 //!
 //! A cached mapping serves any huge request, not only one of its own size:
 //! the closest fit is taken (the smallest that is large enough, else the
@@ -16,7 +16,6 @@
 //! and tcmalloc reuse freed ranges for smaller requests the same way).
 
 use crate::arena::{advise_thp, NO_CACHES};
-use crate::config::config;
 use crate::os;
 use crate::page::GUARD_BYTES;
 use crate::purge::GLOBAL_PURGE_AT;
@@ -38,8 +37,6 @@ const HUGE_CACHE_SLOTS: usize = 64;
 /// A cached mapping up to this many times larger than a request serves it
 /// as it is (its tail stays, resident or not); a larger one is shrunk.
 const SHRINK_FACTOR: usize = 4;
-/// Bytes the huge cache may hold at most.
-const HUGE_CACHE_BYTES_MAX: usize = 256 << 20;
 
 struct HugeCache {
     lock: SpinLock,
@@ -123,6 +120,7 @@ fn huge_cache_take(mapping_size: usize) -> *mut Segment {
 /// Keeps `segment` for reuse; returns the segment to unmap instead (the
 /// one given, or the largest older one it displaced), or null.
 fn huge_cache_put(segment: *mut Segment) -> *mut Segment {
+    let cap = crate::policy::huge_cache_cap();
     HUGE_CACHE.lock.lock();
     // SAFETY: the lock is held; segment and the cached segments are unused
     // huge segments.
@@ -135,12 +133,12 @@ fn huge_cache_put(segment: *mut Segment) -> *mut Segment {
             .filter(|&i| !slots[i].is_null())
             .max_by_key(|&i| (*slots[i]).mapping_size);
         match (free_slot, largest) {
-            (Some(i), _) if *bytes + size <= HUGE_CACHE_BYTES_MAX => {
+            (Some(i), _) if *bytes + size <= cap => {
                 slots[i] = segment;
                 *bytes += size;
                 ptr::null_mut()
             }
-            (_, Some(i)) if *bytes - (*slots[i]).mapping_size + size <= HUGE_CACHE_BYTES_MAX => {
+            (_, Some(i)) if *bytes - (*slots[i]).mapping_size + size <= cap => {
                 let old = slots[i];
                 *bytes = *bytes - (*old).mapping_size + size;
                 slots[i] = segment;
@@ -195,10 +193,13 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
             // least a page long.
             let zero = unsafe {
                 (*(p as *mut crate::page::Block)).freed = 0;
+                let bytes = (*reused).mapping_size;
                 if (*reused).purged_units != 0 {
                     (*reused).purged_units = 0;
-                    stats::committed(((*reused).mapping_size - PAGE_SIZE) as isize);
+                    stats::committed((bytes - PAGE_SIZE) as isize);
+                    crate::policy::recommitted(bytes - PAGE_SIZE);
                 }
+                crate::policy::huge_hit(bytes);
                 (*reused).dirty_units == 0
             };
             stats::huge_in_use(1);
@@ -220,6 +221,8 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     if segment.is_null() {
         return (ptr::null_mut(), false);
     }
+    crate::policy::huge_mapped(total);
+    crate::policy::tick(os::now_ms());
     advise_thp(segment as *mut u8, total);
     if cfg!(feature = "secure") {
         // SAFETY: the last bytes of the fresh mapping, past the block.
@@ -268,6 +271,7 @@ pub(crate) fn purge_huge_cache(now: u64, force: bool) -> u64 {
         unsafe {
             os::purge((s as *mut u8).add(PAGE_SIZE), (*s).mapping_size - PAGE_SIZE);
             stats::committed(-(((*s).mapping_size - PAGE_SIZE) as isize));
+            crate::policy::purged((*s).mapping_size - PAGE_SIZE);
             (*s).purged_units = 1;
             (*s).dirty_units = 0;
             (*s).purge_at_ms = 0;
@@ -381,7 +385,7 @@ pub(crate) unsafe fn huge_usable_size(segment: *const Segment, p: *const u8) -> 
 /// `segment` must be the live huge segment of block `p`, no longer used.
 pub(crate) unsafe fn huge_free(segment: *mut Segment, p: *const u8) {
     stats::huge_in_use(-1);
-    let delay = config().purge_delay_ms;
+    let delay = crate::policy::purge_delay_ms();
     let victim = if p as usize == segment as usize + PAGE_SIZE && delay != 0 && !NO_CACHES {
         // SAFETY: the caller guarantees segment is an unused huge segment.
         unsafe {
@@ -389,6 +393,10 @@ pub(crate) unsafe fn huge_free(segment: *mut Segment, p: *const u8) {
             (*segment).purge_at_ms = if delay > 0 { os::now_ms() + delay as u64 } else { 0 };
         }
         let victim = huge_cache_put(segment);
+        if !victim.is_null() {
+            // SAFETY: victim is an unused huge segment no list refers to.
+            crate::policy::huge_evicted(unsafe { (*victim).mapping_size });
+        }
         if victim != segment && delay > 0 {
             // SAFETY: as above; the deadline was just written.
             GLOBAL_PURGE_AT.fetch_min(unsafe { (*segment).purge_at_ms }, Ordering::Relaxed);

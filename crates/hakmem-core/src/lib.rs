@@ -43,6 +43,7 @@ mod list;
 mod os;
 mod page;
 mod page_queue;
+mod policy;
 mod purge;
 mod refill;
 mod remote;
@@ -70,9 +71,10 @@ mod front {
 
     pub use crate::arena::{abandoned_count, cached_count};
     pub use crate::class::{MEDIUM_SIZE_MAX, SMALL_SIZE_MAX};
-    pub use crate::config::{config, Config, OnError, DEFAULT_PURGE_DELAY_MS};
+    pub use crate::config::{config, Config, OnError, Policy, DEFAULT_PURGE_DELAY_MS};
     pub use crate::free::{check_block, free, free_checked};
     pub use crate::os::{os_counters, page_size as os_page_size, Line, OsCounters, StackText};
+    pub use crate::policy::{report as policy_report, Decision, PolicyReport};
     pub use crate::segment::{LARGE_SIZE_MAX, PAGE_SIZE, SEGMENT_SIZE};
     pub use crate::stats::{print_stats, stats, stats_json, Stats, HUGE_ROW, LARGE_ROW, ROWS};
 

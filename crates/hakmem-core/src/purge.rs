@@ -36,7 +36,7 @@ pub(crate) unsafe fn periodic(heap: *mut Heap) {
     unsafe {
         flush_remote(heap);
         if now >= (*heap).sweep_at_ms {
-            let delay = crate::config::config().purge_delay_ms;
+            let delay = crate::policy::purge_delay_ms();
             let interval = if delay > 0 { delay as u64 } else { SWEEP_INTERVAL_MS };
             if (*heap).sweep_at_ms != 0 {
                 sweep(heap, true);
@@ -50,6 +50,7 @@ pub(crate) unsafe fn periodic(heap: *mut Heap) {
     if global_purge_due(now) {
         purge_global(now, false);
     }
+    crate::policy::tick(now);
 }
 
 /// Takes in remote frees of every queued page and gives back the empty
@@ -116,6 +117,7 @@ pub(crate) unsafe fn release_duty(heap: *mut Heap) {
         if global_purge_due(now) {
             purge_global(now, false);
         }
+        crate::policy::tick(now);
     }
 }
 

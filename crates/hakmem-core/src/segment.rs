@@ -31,7 +31,6 @@
 //! span heads with `in_use`; a normal segment is in exactly one of: its
 //! owner heap's list, the abandoned list, the cache.
 
-use crate::config::config;
 use crate::heap::Heap;
 use crate::os;
 use crate::page::{Page, GUARD_BYTES};
@@ -217,7 +216,9 @@ impl Segment {
         let recommitted = self.purged_units & mask;
         if recommitted != 0 {
             self.purged_units &= !mask;
-            stats::committed((recommitted.count_ones() as usize * PAGE_SIZE) as isize);
+            let bytes = recommitted.count_ones() as usize * PAGE_SIZE;
+            stats::committed(bytes as isize);
+            crate::policy::recommitted(bytes);
         }
         fresh
     }
@@ -232,7 +233,7 @@ impl Segment {
     /// Schedules the dirty pages of a freed span for purging; returns the
     /// segment's purge deadline (0 when nothing is scheduled). Owner only.
     pub(crate) fn schedule_purge(&mut self, first: usize, units: usize) -> u64 {
-        let delay = config().purge_delay_ms;
+        let delay = crate::policy::purge_delay_ms();
         let mask = span_mask(first, units) & self.dirty_units;
         if delay < 0 || mask == 0 {
             return self.purge_at_ms;
@@ -258,7 +259,9 @@ impl Segment {
             bits &= !span_mask(start, len);
         }
         let purged = self.purge_units & self.free_units & self.dirty_units;
-        stats::committed(-((purged.count_ones() as usize * PAGE_SIZE) as isize));
+        let bytes = purged.count_ones() as usize * PAGE_SIZE;
+        stats::committed(-(bytes as isize));
+        crate::policy::purged(bytes);
         self.purged_units |= purged;
         self.dirty_units &= !(self.purge_units & self.free_units);
         self.purge_units = 0;
@@ -392,7 +395,7 @@ mod tests {
             (*s).return_span(first, 4);
             let before = os::os_counters().madvise;
             (*s).schedule_purge(first, 4);
-            if config().purge_delay_ms > 0 {
+            if crate::policy::purge_delay_ms() > 0 {
                 assert_eq!((*s).purge_units.count_ones(), 4);
                 (*s).purge_pending();
             }

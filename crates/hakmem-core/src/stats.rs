@@ -226,6 +226,7 @@ pub fn print_stats() {
         ("madvise", s.os.madvise as u64),
         ("mremap", s.os.mremap as u64),
     ]);
+    print_policy();
     if s.per_class {
         os::write_stderr(b"hakmem: class block_size allocs frees\n");
         for row in 0..ROWS {
@@ -253,13 +254,59 @@ pub fn print_stats() {
     }
 }
 
+/// The policy's line of the report, and one line per remembered decision.
+fn print_policy() {
+    let p = crate::policy::report();
+    let mut w = Line::new();
+    w.push(if p.adaptive {
+        b"hakmem: policy=adaptive purge_delay_ms="
+    } else {
+        b"hakmem: policy=fixed purge_delay_ms="
+    });
+    w.push_i64(p.purge_delay_ms);
+    w.push(b" huge_cache_mib=");
+    w.push_u64((p.huge_cache_cap >> 20) as u64);
+    w.push(b" epochs=");
+    w.push_u64(p.epochs);
+    w.push(b" decisions=");
+    w.push_u64(p.decisions as u64);
+    w.push(b" frozen=");
+    w.push_u64(p.frozen as u64);
+    w.push(b"\n");
+    w.write();
+    for &(at, decision) in p.log.iter().take(p.decisions.min(crate::policy::LOG_LEN)) {
+        let mut w = Line::new();
+        w.push(b"hakmem: policy at_ms=");
+        w.push_u64(at);
+        match decision {
+            crate::policy::Decision::Delay(old, new) => {
+                w.push(b" purge_delay_ms ");
+                w.push_u64(old);
+                w.push(b" -> ");
+                w.push_u64(new);
+            }
+            crate::policy::Decision::HugeCap(old, new) => {
+                w.push(b" huge_cache_mib ");
+                w.push_u64((old >> 20) as u64);
+                w.push(b" -> ");
+                w.push_u64((new >> 20) as u64);
+            }
+            crate::policy::Decision::Freeze => w.push(b" freeze"),
+            crate::policy::Decision::Relearn => w.push(b" relearn"),
+        }
+        w.push(b"\n");
+        w.write();
+    }
+}
+
 /// Writes the counters as one JSON object into `out`; returns the bytes
 /// written, or the bytes needed when `out` is too small (nothing usable is
 /// written then). Allocates nothing.
 pub fn stats_json(out: &mut [u8]) -> usize {
     let s = stats();
     let mut w = StackText::<4096>::new();
-    let fields: [(&str, usize); 16] = [
+    let p = crate::policy::report();
+    let fields: [(&str, usize); 21] = [
         ("committed_bytes", s.committed_bytes),
         ("peak_committed_bytes", s.peak_committed_bytes),
         ("heaps_in_use", s.heaps_in_use),
@@ -276,6 +323,11 @@ pub fn stats_json(out: &mut [u8]) -> usize {
         ("madvise", s.os.madvise),
         ("mremap", s.os.mremap),
         ("per_class", s.per_class as usize),
+        ("policy_adaptive", p.adaptive as usize),
+        ("huge_cache_cap", p.huge_cache_cap),
+        ("policy_epochs", p.epochs as usize),
+        ("policy_decisions", p.decisions),
+        ("policy_frozen", p.frozen as usize),
     ];
     w.push(b"{");
     for (i, (name, value)) in fields.iter().enumerate() {
@@ -287,6 +339,9 @@ pub fn stats_json(out: &mut [u8]) -> usize {
         w.push(b"\":");
         w.push_u64(*value as u64);
     }
+    // Signed: -1 is "never".
+    w.push(b",\"purge_delay_ms\":");
+    w.push_i64(p.purge_delay_ms);
     for (name, table) in [("allocs", &s.allocs), ("frees", &s.frees)] {
         w.push(b",\"");
         w.push(name.as_bytes());

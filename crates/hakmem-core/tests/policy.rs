@@ -1,0 +1,130 @@
+//! The adaptive policy (policy.rs) against the fixed one, each in a child
+//! process of its own (the policy is global): a program that frees a
+//! working set and needs it again a little after the fixed purge delay
+//! gets a longer delay and stops purging it for nothing; an explicit
+//! `HAKMEM_PURGE_DELAY` is kept; a burst freed for good gets a shorter one.
+
+use hakmem_core::Hakmem;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static GLOBAL: Hakmem = Hakmem;
+
+/// Reads `"key":number` (maybe negative) from the flat JSON object.
+fn json_number(json: &str, key: &str) -> i64 {
+    let at = json
+        .find(&format!("\"{key}\":"))
+        .unwrap_or_else(|| panic!("{key} missing in {json}"));
+    let rest = &json[at + key.len() + 3..];
+    let end = rest.find(|c: char| c != '-' && !c.is_ascii_digit()).unwrap();
+    rest[..end].parse().unwrap()
+}
+
+/// Small allocations for `ms` milliseconds: the slow paths where purges
+/// and the policy's epochs run.
+fn light_work_for(ms: u64) {
+    let end = Instant::now() + Duration::from_millis(ms);
+    let mut i = 0usize;
+    while Instant::now() < end {
+        for _ in 0..500 {
+            let v = vec![i as u8; 16 + i % 2000];
+            std::hint::black_box(&v);
+            i += 1;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Runs the child scenario `name` with `env`; returns the JSON it printed.
+fn child(name: &str, env: &[(&str, &str)]) -> String {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--ignored", "--exact", "--nocapture", "--test-threads=1", name])
+        .env_remove("HAKMEM_POLICY")
+        .env_remove("HAKMEM_PURGE_DELAY");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{name} {env:?} failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The report is one line, after the harness's "test ... " on the same line.
+    let at = stdout
+        .find("POLICY ")
+        .unwrap_or_else(|| panic!("no report from {name}: {stdout}"));
+    let line = stdout[at + "POLICY ".len()..].lines().next().unwrap();
+    line.to_string()
+}
+
+fn print_report() {
+    let mut buf = [0u8; 4096];
+    let n = hakmem_core::stats_json(&mut buf);
+    println!("POLICY {}", std::str::from_utf8(&buf[..n]).unwrap());
+    // The decisions themselves, for the failure message.
+    let p = hakmem_core::policy_report();
+    for (at, d) in p.log.iter().take(p.decisions.min(p.log.len())) {
+        println!("decision at {at} ms: {d:?}");
+    }
+}
+
+/// Child: 10 phases of building a 48 MiB working set, freeing it, and
+/// 400 ms of light work — longer than the fixed 250 ms delay, so the fixed
+/// policy purges the set every time just before it is built again.
+#[test]
+#[ignore = "run by phases_keep_their_memory_under_the_adaptive_policy"]
+fn child_phases() {
+    for phase in 0..10u8 {
+        let set: Vec<Vec<u8>> = (0..48 * 16).map(|i| vec![phase; 32 * 1024 + i % 4096]).collect();
+        drop(set);
+        light_work_for(400);
+    }
+    print_report();
+}
+
+#[test]
+fn phases_keep_their_memory_under_the_adaptive_policy() {
+    let fixed = child("child_phases", &[("HAKMEM_POLICY", "fixed")]);
+    let adaptive = child("child_phases", &[("HAKMEM_POLICY", "adaptive")]);
+    let pinned = child("child_phases", &[("HAKMEM_PURGE_DELAY", "250")]);
+    eprintln!("fixed: {fixed}\nadaptive: {adaptive}\npinned: {pinned}");
+    assert_eq!(json_number(&fixed, "policy_adaptive"), 0);
+    assert_eq!(json_number(&fixed, "purge_delay_ms"), 250);
+    assert_eq!(json_number(&fixed, "policy_decisions"), 0);
+    // Adaptive: the purges that came back raised the delay past the gap
+    // between phases, and the set stopped being purged.
+    assert_eq!(json_number(&adaptive, "policy_adaptive"), 1);
+    assert!(json_number(&adaptive, "purge_delay_ms") > 400, "{adaptive}");
+    assert!(json_number(&adaptive, "policy_decisions") >= 1, "{adaptive}");
+    let (madv_fixed, madv_adaptive) = (json_number(&fixed, "madvise"), json_number(&adaptive, "madvise"));
+    assert!(
+        madv_adaptive * 2 < madv_fixed,
+        "adaptive madvise {madv_adaptive}, fixed {madv_fixed}"
+    );
+    // An explicit delay is the user's: kept.
+    assert_eq!(json_number(&pinned, "policy_adaptive"), 1);
+    assert_eq!(json_number(&pinned, "purge_delay_ms"), 250);
+}
+
+/// Child: a 200 MiB burst freed for good, then light work for 3 s.
+#[test]
+#[ignore = "run by a_burst_freed_for_good_shortens_the_delay"]
+fn child_burst() {
+    let burst: Vec<Vec<u8>> = (0..200 * 16).map(|i| vec![1u8; 60 * 1024 + i % 4096]).collect();
+    drop(burst);
+    light_work_for(3000);
+    print_report();
+}
+
+#[test]
+fn a_burst_freed_for_good_shortens_the_delay() {
+    let adaptive = child("child_burst", &[]);
+    eprintln!("adaptive: {adaptive}");
+    assert!(json_number(&adaptive, "purge_delay_ms") < 250, "{adaptive}");
+    let fixed = child("child_burst", &[("HAKMEM_POLICY", "fixed")]);
+    assert_eq!(json_number(&fixed, "purge_delay_ms"), 250, "{fixed}");
+}

@@ -21,6 +21,7 @@
 //! The crate is `no_std`; it needs `libc` (mmap, pthread keys) and runs on
 //! x86-64 Linux.
 #![no_std]
+#![cfg_attr(feature = "nightly", feature(allocator_api))]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 // The loom build compiles only the protocols its models drive.
@@ -40,6 +41,7 @@ mod free;
 mod heap;
 mod huge;
 mod list;
+mod local;
 mod os;
 mod page;
 mod page_queue;
@@ -72,10 +74,12 @@ mod front {
     pub use crate::class::{MEDIUM_SIZE_MAX, SMALL_SIZE_MAX};
     pub use crate::config::{config, Config, OnError, DEFAULT_PURGE_DELAY_MS};
     pub use crate::free::{check_block, free, free_checked};
+    pub use crate::local::LocalHeap;
     pub use crate::os::{os_counters, page_size as os_page_size, Line, OsCounters, StackText};
     pub use crate::segment::{LARGE_SIZE_MAX, PAGE_SIZE, SEGMENT_SIZE};
     pub use crate::stats::{print_stats, stats, stats_json, Stats, HUGE_ROW, LARGE_ROW, ROWS};
 
+    use crate::heap::Heap;
     use crate::segment::{segment_of, SegmentKind};
 
     /// The alignment every allocation gets without asking (C's `max_align_t`).
@@ -168,7 +172,8 @@ mod front {
     /// [`alloc_generic`] without the zero flag: a tail call from `alloc`.
     #[inline(never)]
     fn alloc_other(size: usize, align: usize) -> *mut u8 {
-        alloc_generic(size, align).0
+        // SAFETY: thread::heap() is this thread's heap.
+        unsafe { alloc_generic(thread::heap(), size, align).0 }
     }
 
     /// `malloc`: `size` bytes aligned to `MIN_ALIGN`.
@@ -177,24 +182,43 @@ mod front {
         alloc_aligned(size, MIN_ALIGN)
     }
 
-    /// Large, huge and over-aligned requests. Returns the block and whether it
-    /// is known to be zeroed.
+    /// Large, huge and over-aligned requests, from `heap`. Returns the
+    /// block and whether it is known to be zeroed.
+    ///
+    /// # Safety
+    /// `heap` must be the calling thread's heap (possibly the empty or the
+    /// exited heap) or one of its live local heaps.
     #[inline]
-    fn alloc_generic(size: usize, align: usize) -> (*mut u8, bool) {
+    pub(crate) unsafe fn alloc_generic(heap: *mut Heap, size: usize, align: usize) -> (*mut u8, bool) {
         debug_assert!(align.is_power_of_two());
         debug_assert!(align > MIN_ALIGN || size > MEDIUM_SIZE_MAX);
-        let (p, zero) = if align <= PAGE_SIZE {
+        // SAFETY: the caller's guarantee.
+        let (p, zero) = unsafe {
             match class::aligned_class(size, align) {
-                // SAFETY: thread::heap() is this thread's heap.
-                Some(c) if align > MIN_ALIGN => (unsafe { crate::alloc::alloc(thread::heap(), c) }, false),
-                _ if size <= LARGE_SIZE_MAX => crate::alloc::alloc_large(size),
-                _ => huge::huge_alloc(size, align),
+                Some(c) if align > MIN_ALIGN && align <= PAGE_SIZE => (crate::alloc::alloc(heap, c), false),
+                _ if size <= LARGE_SIZE_MAX && align <= PAGE_SIZE => crate::alloc::alloc_large(heap, size),
+                _ => alloc_huge(heap, size, align),
             }
-        } else {
-            huge::huge_alloc(size, align)
         };
         if p.is_null() {
             os::set_errno(os::ENOMEM);
+        }
+        (p, zero)
+    }
+
+    /// A huge block for `heap`, listed in it when it is a local heap (so
+    /// that destroying the heap frees it).
+    ///
+    /// # Safety
+    /// As for [`alloc_generic`].
+    unsafe fn alloc_huge(heap: *mut Heap, size: usize, align: usize) -> (*mut u8, bool) {
+        let (p, zero) = huge::huge_alloc(size, align);
+        // SAFETY: the caller's guarantee; p is a huge block just allocated
+        // for heap, so segment_of(p) is its fresh huge segment.
+        unsafe {
+            if !p.is_null() && (*heap).is_local() {
+                huge::attach_to_local(heap, segment_of(p));
+            }
         }
         (p, zero)
     }
@@ -210,13 +234,23 @@ mod front {
 
     /// [`alloc_zeroed`] for an `align` known to be a power of two.
     fn alloc_zeroed_aligned(size: usize, align: usize) -> *mut u8 {
+        // SAFETY: thread::heap() is this thread's heap.
+        unsafe { alloc_zeroed_in(thread::heap(), size, align) }
+    }
+
+    /// [`alloc_zeroed`] from `heap`, for an `align` known to be a power of
+    /// two.
+    ///
+    /// # Safety
+    /// As for [`alloc_generic`].
+    pub(crate) unsafe fn alloc_zeroed_in(heap: *mut Heap, size: usize, align: usize) -> *mut u8 {
         debug_assert!(align.is_power_of_two());
         if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
-            // SAFETY: thread::heap() is this thread's heap; class_of(size)
-            // is size's class.
-            return unsafe { crate::alloc::alloc_zeroed(thread::heap(), class::class_of(size), size) };
+            // SAFETY: the caller's guarantee; class_of(size) is size's class.
+            return unsafe { crate::alloc::alloc_zeroed(heap, class::class_of(size), size) };
         }
-        let (p, zero) = alloc_generic(size, align);
+        // SAFETY: the caller's guarantee.
+        let (p, zero) = unsafe { alloc_generic(heap, size, align) };
         if !p.is_null() && !zero {
             // SAFETY: p is a live block of at least `size` bytes just allocated here.
             unsafe { ptr::write_bytes(p, 0, size) };
@@ -256,8 +290,27 @@ mod front {
     /// # Safety
     /// `p` must be null or a live block returned by this allocator with `align`.
     pub unsafe fn realloc(p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
+        // SAFETY: the caller's guarantee; thread::heap() is this thread's heap.
+        unsafe { realloc_in(thread::heap(), p, new_size, align) }
+    }
+
+    /// [`realloc`] through `heap` (a new block comes from it; `p` is freed
+    /// through it). An `align` that is not a power of two gets null and
+    /// `EINVAL` when the block cannot stay where it is.
+    ///
+    /// # Safety
+    /// As for [`realloc`] and [`alloc_generic`].
+    pub(crate) unsafe fn realloc_in(heap: *mut Heap, p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
+        // SAFETY (both): the caller's guarantee.
+        let alloc = |size| unsafe {
+            if align.is_power_of_two() {
+                alloc_in(heap, size, align)
+            } else {
+                invalid_alignment()
+            }
+        };
         if p.is_null() {
-            return alloc(new_size, align);
+            return alloc(new_size);
         }
         // SAFETY: p is a live hakmem block.
         let usable = unsafe { usable_size(p) };
@@ -273,16 +326,36 @@ mod front {
                 return q;
             }
         }
-        let q = alloc(new_size, align);
+        let q = alloc(new_size);
         if !q.is_null() {
             // SAFETY: both blocks are live and disjoint; p has `usable` bytes
             // and q at least `new_size`.
             unsafe {
                 ptr::copy_nonoverlapping(p, q, usable.min(new_size));
-                free(p);
+                crate::free::free_in(heap, p);
             }
         }
         q
+    }
+
+    /// [`alloc`] from `heap`, for an `align` known to be a power of two:
+    /// the same routing as the thread heap's, with `heap`'s address.
+    ///
+    /// # Safety
+    /// As for [`alloc_generic`].
+    #[inline(always)]
+    pub(crate) unsafe fn alloc_in(heap: *mut Heap, size: usize, align: usize) -> *mut u8 {
+        debug_assert!(align.is_power_of_two());
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            if align <= MIN_ALIGN && size <= SMALL_SIZE_MAX {
+                crate::alloc::alloc_small(heap, size)
+            } else if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
+                crate::alloc::alloc(heap, class::class_of(size))
+            } else {
+                alloc_generic(heap, size, align).0
+            }
+        }
     }
 
     /// Returns free memory: collects the calling thread's heap (remote frees,

@@ -429,6 +429,48 @@ fn a_local_heap_outliving_its_thread_is_given_up_at_exit() {
     });
 }
 
+/// A thread that leaves a small local heap alive exits with few segments,
+/// so its thread heap is retired whole for the next new thread
+/// (abandon.rs), not abandoned: the local heap's memory must have been
+/// taken in first — no heap in use left behind — and the next thread,
+/// which takes the retired heap over, frees the local heap's blocks as its
+/// own, every page going back.
+#[test]
+fn a_local_heap_of_a_retired_thread_heap_is_taken_in_first() {
+    serial(|| {
+        let before = in_use();
+        let blocks = std::thread::spawn(|| {
+            let heap = LocalHeap::new();
+            let blocks: Vec<usize> = (0..100)
+                .map(|i| {
+                    let p = heap.alloc(16 + i, 16);
+                    fill(p, 1, i);
+                    p as usize
+                })
+                .collect();
+            std::mem::forget(heap);
+            blocks
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            hakmem_core::stats().heaps_in_use,
+            before.2,
+            "the local heap was given up at exit"
+        );
+        std::thread::spawn(move || {
+            for (i, &p) in blocks.iter().enumerate() {
+                check(p as *const u8, 1, i);
+                // SAFETY: p is a live block of the orphaned heap.
+                unsafe { hakmem_core::free(p as *mut u8) };
+            }
+        })
+        .join()
+        .unwrap();
+        assert_eq!(in_use(), before);
+    });
+}
+
 #[test]
 fn local_heaps_of_a_thread_delete_and_destroy_in_any_order() {
     serial(|| {

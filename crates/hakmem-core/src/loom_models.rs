@@ -317,7 +317,11 @@ fn local_heap_block_freed_while_the_heap_is_deleted(large: bool, exit: bool) {
         };
         assert!(!p.is_null());
         let p = SendPtr(p);
-        let freer = free_remotely(p);
+        let freer = if large {
+            free_remotely(p)
+        } else {
+            free_remotely_and_flush(p)
+        };
         // SAFETY: local is this thread's, not used after this.
         unsafe { crate::local::local_delete(local) };
         if exit {
@@ -326,7 +330,11 @@ fn local_heap_block_freed_while_the_heap_is_deleted(large: bool, exit: bool) {
             // SAFETY: owner is this thread's heap, no longer used by it.
             unsafe { crate::abandon::heap_abandon(owner) };
             freer.join().unwrap();
-            block_came_back(p);
+            if large {
+                block_came_back(p);
+            } else {
+                small_block_came_back(p);
+            }
         } else {
             freer.join().unwrap();
             // SAFETY: owner is this thread's heap.
@@ -334,6 +342,43 @@ fn local_heap_block_freed_while_the_heap_is_deleted(large: bool, exit: bool) {
             assert!(page_released(p), "the thread heap took the block in");
         }
     });
+}
+
+/// `free_remotely`, then the freeing thread's batches pushed, as its exit
+/// would: a freer that found the segment ownerless made itself a heap
+/// (`free::take_over_abandoned`) and, when the segment was not on the
+/// abandoned list yet, batched the small block there.
+fn free_remotely_and_flush(p: SendPtr<u8>) -> loom::thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let p = p.0;
+        // SAFETY: p is a live block of this allocator, freed once, here;
+        // thread::heap() is this thread's heap.
+        unsafe {
+            crate::free::free_slow(segment::segment_of(p), p);
+            let heap = crate::thread::heap();
+            if !heap::is_static_heap(heap) {
+                crate::remote::flush_remote(heap);
+            }
+        }
+    })
+}
+
+/// `block_came_back` for a small block: a freeing thread that took the
+/// segment over (`free::take_over_abandoned`) keeps the emptied page when
+/// it is its class's only page (`free::page_retire`), so the page, not the
+/// segment, must be empty — the block came back exactly once.
+fn small_block_came_back(p: SendPtr<u8>) {
+    let seg = segment::segment_of(p.0);
+    // SAFETY: as in `block_came_back`: the other threads have finished.
+    unsafe {
+        if (*seg).is_mapped() && crate::arena::abandoned_count() == 0 {
+            assert!(!(*seg).heap.load(Ordering::Relaxed).is_null(), "taken over");
+            let page = (*seg).page_of(p.0);
+            assert!(!(*page).in_use || (*page).used == 0, "the block came back once");
+            return;
+        }
+    }
+    block_came_back(p);
 }
 
 #[test]

@@ -301,10 +301,10 @@ mod front {
     /// # Safety
     /// As for [`realloc`] and [`alloc_generic`].
     pub(crate) unsafe fn realloc_in(heap: *mut Heap, p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
-        // SAFETY (both): the caller's guarantee.
-        let alloc = |size| unsafe {
+        let alloc = |size| {
             if align.is_power_of_two() {
-                alloc_in(heap, size, align)
+                // SAFETY: the caller's guarantee for heap.
+                unsafe { alloc_in(heap, size, align) }
             } else {
                 invalid_alignment()
             }

@@ -544,7 +544,7 @@ fn remote_frees_racing_local_heap_deletes() {
                         for i in 0..400 {
                             let r = common::xorshift(&mut rng) as usize;
                             let size = match r % 100 {
-                                0 => 2 << 20 | r % 4096,
+                                0 => (2 << 20) | (r % 4096),
                                 1..=3 => 70_000 + r % 500_000,
                                 4..=20 => 1025 + r % 60_000,
                                 _ => 1 + r % 1024,
@@ -561,7 +561,7 @@ fn remote_frees_racing_local_heap_deletes() {
                         }
                         let (done_tx, done_rx) = mpsc::channel();
                         to_freer.send((theirs, done_tx)).unwrap();
-                        if rounds % 4 == 0 {
+                        if rounds.is_multiple_of(4) {
                             // Destroy: only once every handed-out block is back.
                             done_rx.recv().unwrap();
                             // SAFETY: `mine` is dropped unused; the freer is done.

@@ -49,6 +49,7 @@ pub(crate) unsafe fn alloc_small(heap: *mut Heap, size: usize) -> *mut u8 {
         let block = (*page).free;
         if !block.is_null() && heartbeat(heap) {
             (*page).free = (*page).next_of(block);
+            crate::valgrind::header_access(block);
             (*block).freed = 0;
             (*page).on_alloc(block as *const u8);
             (*page).used += 1;
@@ -86,6 +87,7 @@ pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize) -> *mut u8 {
         let block = (*page).free;
         if !block.is_null() && heartbeat(heap) {
             (*page).free = (*page).next_of(block);
+            crate::valgrind::header_access(block);
             (*block).freed = 0;
             (*page).on_alloc(block as *const u8);
             (*page).used += 1;
@@ -249,6 +251,7 @@ pub(crate) unsafe fn alloc_large(heap: *mut Heap, size: usize) -> (*mut u8, bool
         (*page).set_carved(1);
         (*page).used = 1;
         (*page).flags = PAGE_IN_FULL;
+        crate::valgrind::header_access((*page).start);
         (*((*page).start as *mut Block)).freed = 0;
         (*heap).counts.count_alloc(stats::LARGE_ROW);
         stats::large_alloc();

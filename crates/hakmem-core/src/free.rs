@@ -42,6 +42,7 @@ pub unsafe fn free(p: *mut u8) {
 /// the calling thread's heap or one of its local heaps.
 #[inline(always)]
 pub(crate) unsafe fn free_in(heap: *mut Heap, p: *mut u8) {
+    crate::valgrind::on_free(p);
     let seg = segment_of(p);
     // SAFETY: p is a live hakmem block, so seg is its segment header and
     // page_of finds its page (an empty one for a huge block).
@@ -152,6 +153,7 @@ pub unsafe fn free_checked(p: *mut u8) {
         }
         // p starts a carved block of a live page; the freed mark (checked
         // by free_owned/free_slow) catches a double free.
+        crate::valgrind::on_free(p);
         free_owned(thread::heap(), seg, page, p)
     }
 }
@@ -177,6 +179,7 @@ unsafe fn free_checked_cold(seg: *mut Segment, p: *mut u8) {
             // Outside the user address space (see segment_map::map_slot).
             os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
         } else if (*seg).kind == SegmentKind::Huge && is_block_start(seg, p) {
+            crate::valgrind::on_free(p);
             free_slow(seg, p)
         } else {
             os::report_pointer("free", "invalid pointer (not the start of a hakmem block)", p);

@@ -305,6 +305,7 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
             // SAFETY: reused is exclusively ours; its block is mapped and at
             // least a page long.
             let zero = unsafe {
+                crate::valgrind::header_access(p);
                 (*(p as *mut crate::page::Block)).freed = 0;
                 if (*reused).purged_units != 0 {
                     (*reused).purged_units = 0;
@@ -499,6 +500,8 @@ pub(crate) unsafe fn huge_usable_size(segment: *const Segment, p: *const u8) -> 
 /// # Safety
 /// `segment` must be the live huge segment of block `p`, no longer used.
 pub(crate) unsafe fn huge_free(segment: *mut Segment, p: *const u8) {
+    // Before the mapping can be reused by another thread (the cache).
+    crate::valgrind::header_done(p as *mut u8);
     // SAFETY: the caller's guarantee.
     unsafe { detach_from_local(segment) };
     stats::huge_in_use(-1);

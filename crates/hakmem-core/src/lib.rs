@@ -53,6 +53,7 @@ mod segment_map;
 mod stats;
 mod sync;
 mod thread;
+mod valgrind;
 
 #[cfg(all(test, hakmem_loom))]
 mod loom_models;
@@ -66,7 +67,7 @@ pub use front::*;
 
 #[cfg(not(hakmem_loom))]
 mod front {
-    use crate::{class, huge, os, purge, segment_map, thread};
+    use crate::{class, huge, os, purge, segment_map, thread, valgrind};
     use core::alloc::{GlobalAlloc, Layout};
     use core::ptr;
 
@@ -124,6 +125,11 @@ mod front {
 
         #[inline]
         unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            if valgrind::ENABLED {
+                // SAFETY: GlobalAlloc's contract: p is a live block of this
+                // allocator of layout; thread::heap() is this thread's heap.
+                return unsafe { realloc_tracked(thread::heap(), p, Some(layout.size()), new_size, layout.align()) };
+            }
             // SAFETY: GlobalAlloc's contract: p is a live block of this allocator.
             unsafe { realloc(p, new_size, layout.align()) }
         }
@@ -158,7 +164,7 @@ mod front {
     #[inline(always)]
     fn alloc_aligned(size: usize, align: usize) -> *mut u8 {
         debug_assert!(align.is_power_of_two());
-        if align <= MIN_ALIGN && size <= SMALL_SIZE_MAX {
+        let p = if align <= MIN_ALIGN && size <= SMALL_SIZE_MAX {
             // SAFETY: thread::heap() is this thread's heap.
             unsafe { crate::alloc::alloc_small(thread::heap(), size) }
         } else if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
@@ -166,6 +172,18 @@ mod front {
             unsafe { crate::alloc::alloc(thread::heap(), class::class_of(size)) }
         } else {
             alloc_other(size, align)
+        };
+        track_alloc(p, size);
+        p
+    }
+
+    /// Tells valgrind (the `valgrind` feature; nothing otherwise) that `p`,
+    /// when not null, was just handed out for `size` bytes.
+    #[inline(always)]
+    fn track_alloc(p: *mut u8, size: usize) {
+        if valgrind::ENABLED && !p.is_null() {
+            // SAFETY: p is a live block just allocated.
+            valgrind::on_alloc(p, size, unsafe { usable_size(p) });
         }
     }
 
@@ -245,6 +263,17 @@ mod front {
     /// As for [`alloc_generic`].
     pub(crate) unsafe fn alloc_zeroed_in(heap: *mut Heap, size: usize, align: usize) -> *mut u8 {
         debug_assert!(align.is_power_of_two());
+        if valgrind::ENABLED {
+            // Cleared after valgrind is told of the block (the internal
+            // paths clear it before), every time.
+            // SAFETY: the caller's guarantee.
+            let p = unsafe { alloc_in(heap, size, align) };
+            if !p.is_null() {
+                // SAFETY: p is a live block of at least `size` bytes.
+                unsafe { ptr::write_bytes(p, 0, size) };
+            }
+            return p;
+        }
         if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
             // SAFETY: the caller's guarantee; class_of(size) is size's class.
             return unsafe { crate::alloc::alloc_zeroed(heap, class::class_of(size), size) };
@@ -312,6 +341,10 @@ mod front {
         if p.is_null() {
             return alloc(new_size);
         }
+        if valgrind::ENABLED {
+            // SAFETY: the caller's guarantee.
+            return unsafe { realloc_tracked(heap, p, None, new_size, align) };
+        }
         // SAFETY: p is a live hakmem block.
         let usable = unsafe { usable_size(p) };
         if new_size <= usable && new_size >= usable / 2 {
@@ -347,7 +380,7 @@ mod front {
     pub(crate) unsafe fn alloc_in(heap: *mut Heap, size: usize, align: usize) -> *mut u8 {
         debug_assert!(align.is_power_of_two());
         // SAFETY: the caller's guarantee.
-        unsafe {
+        let p = unsafe {
             if align <= MIN_ALIGN && size <= SMALL_SIZE_MAX {
                 crate::alloc::alloc_small(heap, size)
             } else if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
@@ -355,7 +388,52 @@ mod front {
             } else {
                 alloc_generic(heap, size, align).0
             }
+        };
+        track_alloc(p, size);
+        p
+    }
+
+    /// `realloc` with the `valgrind` feature: always a new block (from
+    /// `heap`), the old one's `old_size` bytes (when known; else all its
+    /// usable bytes, made defined first: memcheck does not know we may
+    /// read the slack) copied, then the old one freed — each step one
+    /// memcheck can follow, where the in-place and `mremap` paths are not.
+    ///
+    /// # Safety
+    /// As for [`realloc_in`]; `p` not null, and allocated with `old_size`
+    /// bytes when that is given.
+    #[cold]
+    #[inline(never)]
+    unsafe fn realloc_tracked(
+        heap: *mut Heap,
+        p: *mut u8,
+        old_size: Option<usize>,
+        new_size: usize,
+        align: usize,
+    ) -> *mut u8 {
+        // SAFETY: p is a live hakmem block.
+        let usable = unsafe { usable_size(p) };
+        let old = match old_size {
+            Some(size) => size.min(usable),
+            None => {
+                valgrind::defined(p, usable);
+                usable
+            }
+        };
+        if !align.is_power_of_two() {
+            return invalid_alignment();
         }
+        // SAFETY: the caller's guarantee for heap.
+        let q = unsafe { alloc_in(heap, new_size, align) };
+        if !q.is_null() {
+            // SAFETY: both blocks are live and disjoint; p has `old` bytes
+            // the program may read, q at least `new_size`.
+            unsafe {
+                ptr::copy_nonoverlapping(p, q, old.min(new_size));
+                crate::free::free_in(heap, p);
+            }
+        }
+        q
     }
 
     /// Returns free memory: collects the calling thread's heap (remote frees,

@@ -91,6 +91,7 @@ pub(crate) unsafe fn remote_free(heap: *mut Heap, page: *mut Page, block: *mut B
         let batch = &mut (*heap).remote[batch_slot(page)];
         if batch.page == page {
             (*block).next = (*page).encode(batch.head);
+            crate::valgrind::header_done(block);
             batch.head = block;
             batch.count += 1;
         } else {
@@ -101,6 +102,8 @@ pub(crate) unsafe fn remote_free(heap: *mut Heap, page: *mut Page, block: *mut B
                 tail: block,
                 count: 1,
             };
+            // Its link is written when the batch is pushed (`push_remote`).
+            crate::valgrind::header_done(block);
         }
         if batch.count as usize * size >= REMOTE_BATCH_BYTES {
             flush_batch(batch);

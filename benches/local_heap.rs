@@ -21,7 +21,8 @@
 //! noise of a shared machine spreads over all of them) with a fresh heap or
 //! bump; the report gives the median and minimum of the build, drop and
 //! total times in ms. `REPS` sets the repetitions (default 31), `NODES`
-//! the node count (default 1 000 000).
+//! the node count (default 1 000 000), `VARIANTS` (comma-separated) runs
+//! only those (for instruction counts under callgrind).
 //!
 //! Run: `cargo bench -p hakmem-bench --bench local_heap`.
 
@@ -170,11 +171,16 @@ fn main() {
         "hakmem-global",
         "system-global",
     ];
+    let only = std::env::var("VARIANTS").unwrap_or_default();
+    let variants: Vec<&str> = variants
+        .into_iter()
+        .filter(|v| only.is_empty() || only.split(',').any(|o| o == *v))
+        .collect();
     let mut kept_bump = Bump::new();
     let mut times: Vec<Vec<Times>> = variants.iter().map(|_| Vec::new()).collect();
     // One warm-up round: first-touch page faults of the process's first
     // segments go to nobody.
-    for v in variants {
+    for v in &variants {
         run(v, n, &mut kept_bump);
     }
     for _ in 0..reps {

@@ -19,6 +19,20 @@
 #include <stddef.h>
 
 /**
+ * A local heap (`hakmem_core::LocalHeap`): a heap of the thread that made
+ * it, beside its thread heap. Opaque; made by `hakmem_heap_new`, ended
+ * by `hakmem_heap_delete` or `hakmem_heap_destroy`.
+ *
+ * A heap may be used (allocated from, deleted, destroyed) only by the
+ * thread that made it. Its blocks are ordinary blocks: any thread may
+ * `free` or `realloc` them, also after the heap was deleted. A heap still
+ * alive when its thread exits is emptied into that thread's memory then
+ * (as if deleted: its blocks stay valid); the handle allocates nothing
+ * more, and deleting it only gives the handle back.
+ */
+typedef struct HakmemHeap HakmemHeap;
+
+/**
  * Counts of the OS memory calls hakmem has made since the process started.
  */
 typedef struct HakmemOsCounters {
@@ -98,6 +112,71 @@ void hakmem_stats_print(void);
  * `buf` must be valid for writing `size` bytes, or `NULL` with `size == 0`.
  */
 size_t hakmem_stats_json(char *buf, size_t size);
+
+/**
+ * A new local heap of the calling thread: allocate from it with
+ * `hakmem_heap_malloc` (the same fast path as `malloc`), then either
+ * delete it (`hakmem_heap_delete`: its blocks stay valid) or destroy it
+ * (`hakmem_heap_destroy`: every block in it freed at once, in time
+ * proportional to its pages). `NULL` with `errno = ENOMEM` when no memory
+ * can be had.
+ */
+struct HakmemHeap *hakmem_heap_new(void);
+
+/**
+ * `malloc(size)` from `heap`: `size` bytes aligned to 16; `NULL` with
+ * `errno = ENOMEM` on failure. The block is freed with `free` (by any
+ * thread), or with the heap by `hakmem_heap_destroy`.
+ *
+ * # Safety
+ * `heap` must be a live heap from `hakmem_heap_new` on the calling thread.
+ */
+void *hakmem_heap_malloc(struct HakmemHeap *heap, size_t size);
+
+/**
+ * `calloc(count, size)` from `heap`: zeroed; `NULL` with `errno = ENOMEM`
+ * when `count * size` overflows or no memory can be had.
+ *
+ * # Safety
+ * As `hakmem_heap_malloc`.
+ */
+void *hakmem_heap_calloc(struct HakmemHeap *heap, size_t count, size_t size);
+
+/**
+ * `realloc(p, size)` with a block that must move allocated from `heap`.
+ * `p` may be any block of this library (of any heap). glibc's rules:
+ * `p == NULL` is `hakmem_heap_malloc(heap, size)`; `size == 0` frees `p`
+ * and returns `NULL`; on failure `NULL` with `errno = ENOMEM`, `p` still
+ * valid.
+ *
+ * # Safety
+ * As `hakmem_heap_malloc`; `p` must be `NULL` or a live block of this
+ * library, not used after a success.
+ */
+void *hakmem_heap_realloc(struct HakmemHeap *heap, void *p, size_t size);
+
+/**
+ * Deletes `heap`: its blocks stay valid and are freed normally later
+ * (with `free`, by any thread); its free memory serves the calling
+ * thread's later allocations. `NULL` is ignored.
+ *
+ * # Safety
+ * `heap` must be `NULL` or a live heap from `hakmem_heap_new` on the
+ * calling thread, not used afterwards.
+ */
+void hakmem_heap_delete(struct HakmemHeap *heap);
+
+/**
+ * Destroys `heap`: every block allocated from it and not yet freed is
+ * freed at once, in time proportional to the pages it holds (not its
+ * blocks). `NULL` is ignored.
+ *
+ * # Safety
+ * As `hakmem_heap_delete`; besides, no block allocated from the heap may
+ * be used or freed afterwards, nor be being freed by another thread while
+ * this runs.
+ */
+void hakmem_heap_destroy(struct HakmemHeap *heap);
 
 #ifdef __cplusplus
 }  // extern "C"

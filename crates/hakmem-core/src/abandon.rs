@@ -20,7 +20,7 @@
 //! every page they hold.
 
 use crate::arena;
-use crate::heap::{adopt, heap_new, pool_put, unlink_segment, Heap};
+use crate::heap::{adopt, heap_new, pool_put, unlink_segment, Heap, EXITED_HEAP};
 use crate::page::Page;
 use crate::page_queue::settle;
 use crate::refill::release_span;
@@ -38,9 +38,24 @@ const RECLAIM_MAX: usize = 64;
 /// A segment with room for `units` pages. Reclaims waiting abandoned
 /// segments first (up to `RECLAIM_MAX`, handing empty ones to the cache),
 /// then takes one from the cache or the OS. Null when out of memory.
+///
+/// A local heap reclaims nothing: destroying it frees every page it holds,
+/// and the pages of a reclaimed segment hold blocks the program got from
+/// other heaps. It takes empty segments only — and none once its thread
+/// has exited (an orphaned local heap, local.rs).
 pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize) -> *mut Segment {
     // SAFETY: heap is the caller's own heap.
     unsafe {
+        if (*heap).is_local() {
+            if (*heap).parent == EXITED_HEAP.get() {
+                return ptr::null_mut();
+            }
+            let seg = arena::segment_alloc();
+            if !seg.is_null() {
+                adopt(heap, seg);
+            }
+            return seg;
+        }
         let mut found: *mut Segment = ptr::null_mut();
         for _ in 0..RECLAIM_MAX {
             let seg = arena::abandoned_pop();
@@ -76,10 +91,18 @@ fn has_run(free_units: u32, units: usize) -> bool {
 }
 
 /// Takes over an abandoned segment: collects every page, frees the empty
-/// ones, queues those with free blocks, parks the full ones.
+/// ones, queues those with free blocks, parks the full ones. Also how a
+/// thread heap takes in the segments of a local heap being deleted
+/// (local.rs), whose pages have been let go the same way.
+///
+/// # Safety
+/// `heap` must be the caller's thread heap; `seg` a normal segment nobody
+/// owns, whose in-use pages are in no queue and name no heap in
+/// `local_owner`.
 pub(crate) unsafe fn reclaim(heap: *mut Heap, seg: *mut Segment) {
-    // SAFETY: seg came off the abandoned list, so nobody else owns it;
-    // remote frees may still push onto its pages' atomic lists.
+    // SAFETY: seg came off the abandoned list (or a deleted local heap),
+    // so nobody else owns it; remote frees may still push onto its pages'
+    // atomic lists.
     unsafe {
         adopt(heap, seg);
         // Relaxed: bits of notifications meant for the exited owner; the
@@ -102,15 +125,20 @@ pub(crate) unsafe fn reclaim(heap: *mut Heap, seg: *mut Segment) {
     }
 }
 
-/// Gives up a heap whose thread is exiting: frees what is empty, abandons
-/// the rest for reclaim, returns the heap struct to the pool.
+/// Gives up a heap whose thread is exiting: takes in the memory of the
+/// thread's local heaps that are still alive (local.rs), frees what is
+/// empty, abandons the rest for reclaim, returns the heap struct to the
+/// pool.
 ///
 /// # Safety
-/// `heap` must be a heap no thread uses any more.
+/// `heap` must be a thread heap no thread uses any more.
 pub(crate) unsafe fn heap_abandon(heap: *mut Heap) {
     stats::heap_in_use(-1);
     // SAFETY: the caller's guarantee.
-    unsafe { abandon_segments(heap) };
+    unsafe {
+        crate::local::orphan_locals(heap);
+        abandon_segments(heap);
+    }
 }
 
 /// `heap_abandon` but for the count of heaps in use (a retired heap no
@@ -204,12 +232,18 @@ global! {
 /// for the next new thread, or abandons it when `RETIRED_MAX` wait already
 /// (or it owns nothing, when the struct simply goes back to the pool).
 ///
+/// The thread's local heaps still alive are taken in first (local.rs,
+/// `orphan_locals`): a retired heap may become another thread's, and a
+/// segment naming it in `local_parent` would then make that thread's frees
+/// into a local heap it does not own look local (`free::free_slow`).
+///
 /// # Safety
-/// `heap` must be a heap no thread uses any more.
+/// `heap` must be a thread heap no thread uses any more.
 pub(crate) unsafe fn heap_retire(heap: *mut Heap) {
     stats::heap_in_use(-1);
     // SAFETY: heap is unused; its segments are owned by it.
     unsafe {
+        crate::local::orphan_locals(heap);
         (*heap).counts.flush();
         flush_remote(heap);
         crate::remote::take_notifications(heap);

@@ -10,7 +10,7 @@
 
 use crate::abandon::{heap_for_thread, heap_retire};
 use crate::class::{self, CLASS_COUNT, LARGE_CLASS};
-use crate::heap::{current_or_init, Heap, EXITED_HEAP};
+use crate::heap::{Heap, EMPTY_HEAP, EXITED_HEAP};
 use crate::os;
 use crate::page::{Block, Page, PAGE_IN_FULL};
 use crate::refill::{page_alloc, refill};
@@ -49,6 +49,7 @@ pub(crate) unsafe fn alloc_small(heap: *mut Heap, size: usize) -> *mut u8 {
         let block = (*page).free;
         if !block.is_null() && heartbeat(heap) {
             (*page).free = (*page).next_of(block);
+            crate::valgrind::header_access(block);
             (*block).freed = 0;
             (*page).on_alloc(block as *const u8);
             (*page).used += 1;
@@ -86,6 +87,7 @@ pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize) -> *mut u8 {
         let block = (*page).free;
         if !block.is_null() && heartbeat(heap) {
             (*page).free = (*page).next_of(block);
+            crate::valgrind::header_access(block);
             (*block).freed = 0;
             (*page).on_alloc(block as *const u8);
             (*page).used += 1;
@@ -215,15 +217,28 @@ unsafe fn alloc_slow(heap: *mut Heap, class: usize) -> *mut u8 {
 }
 
 /// Allocates a large block (`MEDIUM_SIZE_MAX < size <= LARGE_SIZE_MAX`, or
-/// any size up to that with alignment up to `PAGE_SIZE`): a span of whole
-/// pages holding one block. Returns the block and whether it is zeroed.
-pub(crate) fn alloc_large(size: usize) -> (*mut u8, bool) {
-    let heap = current_or_init();
+/// any size up to that with alignment up to `PAGE_SIZE`) from `heap`: a
+/// span of whole pages holding one block. Returns the block and whether it
+/// is zeroed.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap (possibly the empty or the
+/// exited heap) or one of its local heaps.
+pub(crate) unsafe fn alloc_large(heap: *mut Heap, size: usize) -> (*mut u8, bool) {
+    let heap = if heap == EMPTY_HEAP.get() {
+        thread::init_heap()
+    } else {
+        heap
+    };
     if heap.is_null() {
         return (ptr::null_mut(), false);
     }
     if heap == EXITED_HEAP.get() {
-        return alloc_after_exit(|| alloc_large(size), (ptr::null_mut(), false));
+        // SAFETY: inside, thread::heap() is the heap made for this call.
+        return alloc_after_exit(
+            || unsafe { alloc_large(thread::heap(), size) },
+            (ptr::null_mut(), false),
+        );
     }
     let units = (size + crate::page::GUARD_BYTES).div_ceil(PAGE_SIZE).max(1);
     // SAFETY: heap is this thread's heap.
@@ -236,6 +251,7 @@ pub(crate) fn alloc_large(size: usize) -> (*mut u8, bool) {
         (*page).set_carved(1);
         (*page).used = 1;
         (*page).flags = PAGE_IN_FULL;
+        crate::valgrind::header_access((*page).start);
         (*((*page).start as *mut Block)).freed = 0;
         (*heap).counts.count_alloc(stats::LARGE_ROW);
         stats::large_alloc();

@@ -91,8 +91,9 @@ pub(crate) unsafe fn segment_free(segment: *mut Segment) {
     // SAFETY: the caller guarantees exclusivity.
     let deadline = unsafe {
         debug_assert_eq!((*segment).used_pages, 0);
-        // Relaxed: no page is in use, so no remote free can read it.
+        // Relaxed: no page is in use, so no remote free can read them.
         (*segment).heap.store(ptr::null_mut(), Ordering::Relaxed);
+        (*segment).local_parent.store(ptr::null_mut(), Ordering::Relaxed);
         let seg = &mut *segment;
         seg.schedule_purge(1, PAGES_PER_SEGMENT - 1)
     };

@@ -29,10 +29,24 @@ use crate::thread;
 /// `p` must be a live block returned by this allocator (not null).
 #[inline(always)]
 pub unsafe fn free(p: *mut u8) {
+    // SAFETY: the caller's guarantee; thread::heap() is the caller's heap.
+    unsafe { free_in(thread::heap(), p) }
+}
+
+/// Frees block `p` through `heap`: the fast path when `p`'s page is queued
+/// in `heap`, else `free_slow` (which also takes a block of one of the
+/// calling thread's other heaps locally).
+///
+/// # Safety
+/// `p` must be a live block returned by this allocator (not null); `heap`
+/// the calling thread's heap or one of its local heaps.
+#[inline(always)]
+pub(crate) unsafe fn free_in(heap: *mut Heap, p: *mut u8) {
+    crate::valgrind::on_free(p);
     let seg = segment_of(p);
     // SAFETY: p is a live hakmem block, so seg is its segment header and
     // page_of finds its page (an empty one for a huge block).
-    unsafe { free_owned(thread::heap(), seg, (*seg).page_of(p), p) }
+    unsafe { free_owned(heap, seg, (*seg).page_of(p), p) }
 }
 
 /// Frees block `p` of `page` in `seg`: pushed on the page's `free` when the
@@ -139,6 +153,7 @@ pub unsafe fn free_checked(p: *mut u8) {
         }
         // p starts a carved block of a live page; the freed mark (checked
         // by free_owned/free_slow) catches a double free.
+        crate::valgrind::on_free(p);
         free_owned(thread::heap(), seg, page, p)
     }
 }
@@ -164,6 +179,7 @@ unsafe fn free_checked_cold(seg: *mut Segment, p: *mut u8) {
             // Outside the user address space (see segment_map::map_slot).
             os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
         } else if (*seg).kind == SegmentKind::Huge && is_block_start(seg, p) {
+            crate::valgrind::on_free(p);
             free_slow(seg, p)
         } else {
             os::report_pointer("free", "invalid pointer (not the start of a hakmem block)", p);
@@ -220,6 +236,9 @@ unsafe fn take_over_abandoned(heap: *mut Heap, seg: *mut Segment) -> *mut Heap {
 
 /// Free of a block that is huge, in a parked/large page, or owned by
 /// another thread (or by no thread).
+/// Free of a block that is huge, in a parked/large page, in a page of
+/// another of the calling thread's heaps (its thread heap or a local
+/// heap), or owned by another thread (or by no thread).
 ///
 /// # Safety
 /// `p` must be a live block of hakmem and `seg == segment_of(p)`.
@@ -252,23 +271,52 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
         // owned before the pool's lock handed the struct over (lock release
         // → acquire), so a new thread never reads a predecessor's value as
         // its own.
-        if (*seg).heap.load(Ordering::Relaxed) == heap {
-            if (*page).on_free_was_free(p) {
-                os::report_pointer("free", "double free of", p);
-                return;
-            }
-            (*page).push(block);
-            if (*page).flags & PAGE_IN_FULL != 0 {
-                settle(heap, seg, page);
-                maybe_free_segment(heap, seg);
-                crate::purge::release_duty(heap);
-            } else if (*page).used == 0 {
-                page_retire(heap, seg, page);
-            }
-        } else if (*page).on_free_was_free(p) {
+        let owner = (*seg).heap.load(Ordering::Relaxed);
+        if owner == heap {
+            return free_local(heap, seg, page, block);
+        }
+        // Relaxed, by the same argument: only this thread stores its heap
+        // there (`adopt`, for a local heap of its own), and it clears it
+        // before the segment changes hands; so reading our heap means the
+        // segment is one of our local heaps', and `owner` that heap (our
+        // own store, read after it). Another thread reads null or its
+        // creator's heap: see `Segment::local_parent`.
+        let local_parent = (*seg).local_parent.load(Ordering::Relaxed);
+        if local_parent == heap {
+            return free_local(owner, seg, page, block);
+        }
+        if (*page).on_free_was_free(p) {
             os::report_pointer("free", "double free of", p);
         } else {
-            remote_free(heap, page, block);
+            // A block of a local heap is pushed at once, not batched: the
+            // heap may be destroyed as soon as this free returns.
+            remote_free(heap, page, block, local_parent.is_null());
+        }
+    }
+}
+
+/// Frees `block` of `page` in `seg` into `heap`, which owns the segment
+/// and is the calling thread's (its thread heap or one of its local heaps):
+/// pushed on the page's `free`, and the page settled when it was parked or
+/// retired when it is empty. The block carries its freed mark already.
+///
+/// # Safety
+/// As stated: `heap` owns `seg` and belongs to the calling thread; `block`
+/// is a block of `page` being freed.
+unsafe fn free_local(heap: *mut Heap, seg: *mut Segment, page: *mut Page, block: *mut Block) {
+    // SAFETY: the caller's guarantee: the page's owner fields are ours.
+    unsafe {
+        if (*page).on_free_was_free(block as *const u8) {
+            os::report_pointer("free", "double free of", block as *const u8);
+            return;
+        }
+        (*page).push(block);
+        if (*page).flags & PAGE_IN_FULL != 0 {
+            settle(heap, seg, page);
+            maybe_free_segment(heap, seg);
+            crate::purge::release_duty(heap);
+        } else if (*page).used == 0 {
+            page_retire(heap, seg, page);
         }
     }
 }

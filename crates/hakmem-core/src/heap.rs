@@ -30,6 +30,11 @@
 //! (`abandon::heap_abandon`) — and the heap struct put back in the pool. A
 //! heap struct is never unmapped, because a remote free may still hold its
 //! address to notify it (a stale notification only costs a scan).
+//!
+//! A *local heap* (local.rs) is a `Heap` too, from the same pool, made by a
+//! thread beside its thread heap and used by that thread only: the same
+//! fast paths run on it with its address instead of the thread's. It names
+//! its thread heap in `parent`, and the thread heap lists it in `locals`.
 
 use crate::alloc::HEARTBEAT_ALLOCS;
 use crate::class::{CLASS_COUNT, SMALL_DIRECT_LEN};
@@ -76,6 +81,20 @@ pub(crate) struct Heap {
     /// When the heap was retired (its thread exited; ms), while it waits on
     /// the retired list (`abandon::heap_retire`).
     pub(crate) retired_at_ms: u64,
+    /// A local heap: the thread heap of the thread that made it (the only
+    /// thread that may use it), or `EXITED_HEAP` once that thread has
+    /// exited and given the local heap's memory up (an *orphaned* local
+    /// heap, local.rs). Null for a thread heap.
+    pub(crate) parent: *mut Heap,
+    /// A thread heap: its live local heaps, linked through `local_next` and
+    /// `local_prev` (the thread gives them up at its exit).
+    pub(crate) locals: *mut Heap,
+    pub(crate) local_next: *mut Heap,
+    pub(crate) local_prev: *mut Heap,
+    /// A local heap: the huge segments of its live huge blocks, linked
+    /// through `Segment::next/prev`; under huge.rs's lock, as any thread
+    /// may free one of them.
+    pub(crate) huge: *mut Segment,
     /// Set by a remote free that ended a parked-full state in one of our
     /// segments. The one field other threads write: on a line of its own,
     /// so those writes never evict the direct tables.
@@ -121,6 +140,14 @@ pub(crate) fn is_static_heap(heap: *mut Heap) -> bool {
 }
 
 impl Heap {
+    /// Whether this is a local heap (local.rs), live or orphaned.
+    #[inline]
+    pub(crate) fn is_local(&self) -> bool {
+        !self.parent.is_null()
+    }
+}
+
+impl Heap {
     /// A heap with no pages: every class allocates from `empty_page`.
     #[cfg(not(hakmem_loom))]
     const fn empty(empty_page: *mut Page) -> Self {
@@ -150,6 +177,11 @@ impl Heap {
             remote: [RemoteBatch::EMPTY; REMOTE_BATCHES],
             pool_next: ptr::null_mut(),
             retired_at_ms: 0,
+            parent: ptr::null_mut(),
+            locals: ptr::null_mut(),
+            local_next: ptr::null_mut(),
+            local_prev: ptr::null_mut(),
+            huge: ptr::null_mut(),
             notified,
         }
     }
@@ -185,6 +217,13 @@ pub(crate) unsafe fn adopt(heap: *mut Heap, seg: *mut Segment) {
         // reclaimed page goes through), which orders it; frees test it only
         // against their own heap (see `free_slow`).
         (*seg).heap.store(heap, Ordering::Relaxed);
+        // Relaxed: the thread it names reads back its own store (`free_slow`
+        // tests it against its own heap, as `heap` above); any other thread
+        // freeing a block of this segment got the block after this store
+        // (through whatever handed it over), so it sees this value or the
+        // null that comes when the local heap lets the segment go — after
+        // that free, if the heap was destroyed (local.rs).
+        (*seg).local_parent.store((*heap).parent, Ordering::Relaxed);
         (*seg).prev = ptr::null_mut();
         (*seg).next = (*heap).segments;
         if !(*seg).next.is_null() {
@@ -305,7 +344,7 @@ impl Heap {
     ///
     /// # Safety
     /// The heap must be exclusively the caller's (just taken off the pool).
-    unsafe fn reset(&mut self) {
+    pub(crate) unsafe fn reset(&mut self) {
         let empty_page = EMPTY_PAGE.get();
         self.heartbeat = HEARTBEAT_ALLOCS;
         self.direct_small = [empty_page; SMALL_DIRECT_LEN];
@@ -322,6 +361,11 @@ impl Heap {
         self.remote = [RemoteBatch::EMPTY; REMOTE_BATCHES];
         self.pool_next = ptr::null_mut();
         self.retired_at_ms = 0;
+        self.parent = ptr::null_mut();
+        self.locals = ptr::null_mut();
+        self.local_next = ptr::null_mut();
+        self.local_prev = ptr::null_mut();
+        self.huge = ptr::null_mut();
         // Relaxed: a stale notification that lands after this only costs
         // a scan.
         self.notified.store(false, Ordering::Relaxed);

@@ -14,8 +14,22 @@
 //! varying multi-MiB sizes takes page faults only for what a buffer has
 //! beyond the one it replaces, not for every byte of every buffer (mimalloc
 //! and tcmalloc reuse freed ranges for smaller requests the same way).
+//!
+//! **Huge blocks of local heaps.** A local heap (local.rs) must be able to
+//! free all its blocks at once, huge ones included, but a huge segment has
+//! no owner whose pages it could walk. So a local heap's huge segments are
+//! linked into a list in the heap (`Heap::huge`, through `Segment::next`
+//! and `prev`) and name the heap in `Segment::heap`. Any thread may free
+//! one, so the lists are changed under one lock for all local heaps
+//! (`LOCAL_HUGE`), held for a few instructions: huge allocations are rare
+//! and make a system call or a cache lookup anyway. A free unlinks its
+//! segment (`huge_free`); deleting the heap detaches every segment (they
+//! become ordinary huge blocks); destroying it detaches and frees them. A
+//! listed segment is never moved by `huge_realloc` (the list would point
+//! at the old address): its `realloc` copies.
 
 use crate::arena::{advise_thp, NO_CACHES};
+use crate::heap::Heap;
 use crate::os;
 use crate::page::GUARD_BYTES;
 use crate::purge::GLOBAL_PURGE_AT;
@@ -55,14 +69,111 @@ global! {
     };
 }
 
-/// `fork` prepare: hold the huge cache's lock across the fork.
+global! {
+    /// The lock of every local heap's list of huge segments (`Heap::huge`).
+    static LOCAL_HUGE: SpinLock = SpinLock::new();
+}
+
+/// `fork` prepare: hold the huge cache's lock and the local heaps' list
+/// lock across the fork.
 pub(crate) fn lock_cache() {
+    LOCAL_HUGE.lock();
     HUGE_CACHE.lock.lock();
 }
 
 /// `fork` parent/child: release what `lock_cache` took.
 pub(crate) fn unlock_cache() {
     HUGE_CACHE.lock.unlock();
+    LOCAL_HUGE.unlock();
+}
+
+/// Links huge segment `segment`, just allocated by local heap `heap`, into
+/// the heap's list.
+///
+/// # Safety
+/// `heap` must be a live local heap of the calling thread; `segment` the
+/// huge segment of a block it just allocated, in no list.
+pub(crate) unsafe fn attach_to_local(heap: *mut Heap, segment: *mut Segment) {
+    LOCAL_HUGE.lock();
+    // SAFETY: the lock is held; the caller's guarantees.
+    unsafe {
+        // Relaxed: read by a free of the block, which got the block after
+        // this (through whatever handed it over), or under the lock.
+        (*segment).heap.store(heap, Ordering::Relaxed);
+        (*segment).prev = ptr::null_mut();
+        (*segment).next = (*heap).huge;
+        if !(*heap).huge.is_null() {
+            (*(*heap).huge).prev = segment;
+        }
+        (*heap).huge = segment;
+    }
+    LOCAL_HUGE.unlock();
+}
+
+/// Unlinks huge segment `segment` from the local heap's list that holds
+/// it, if any (its block is being freed).
+///
+/// # Safety
+/// `segment` must be a live huge segment whose block the caller is freeing.
+unsafe fn detach_from_local(segment: *mut Segment) {
+    // Acquire: pairs with the Release store of null in `detach_all`, so
+    // that heap's last read of this header happens before the caller
+    // frees (and perhaps unmaps) it.
+    // SAFETY: the caller's guarantee: the header is mapped.
+    let heap = unsafe { (*segment).heap.load(Ordering::Acquire) };
+    if heap.is_null() {
+        return;
+    }
+    LOCAL_HUGE.lock();
+    // SAFETY: the lock is held; a segment still naming the heap under the
+    // lock is in its list (`detach_all` clears the name under the lock).
+    unsafe {
+        // Relaxed: under the lock, which orders every store of it to a
+        // non-null value and every list change.
+        if (*segment).heap.load(Ordering::Relaxed) == heap {
+            let (prev, next) = ((*segment).prev, (*segment).next);
+            if prev.is_null() {
+                (*heap).huge = next;
+            } else {
+                (*prev).next = next;
+            }
+            if !next.is_null() {
+                (*next).prev = prev;
+            }
+            (*segment).heap.store(ptr::null_mut(), Ordering::Relaxed);
+        }
+    }
+    LOCAL_HUGE.unlock();
+}
+
+/// Takes every huge segment off local heap `heap`'s list, each left
+/// naming no heap, and returns the first (the rest follow through
+/// `Segment::next`, which only the caller may still read: a segment is
+/// freed by any thread as soon as it names no heap).
+///
+/// # Safety
+/// `heap` must be a local heap of the calling thread being deleted or
+/// destroyed.
+pub(crate) unsafe fn detach_all(heap: *mut Heap) -> *mut Segment {
+    LOCAL_HUGE.lock();
+    // SAFETY: the lock is held; the list's segments are live (a free
+    // unlinks under the lock before freeing).
+    let first = unsafe {
+        let first = (*heap).huge;
+        (*heap).huge = ptr::null_mut();
+        let mut segment = first;
+        while !segment.is_null() {
+            let next = (*segment).next;
+            // Release: pairs with the Acquire load in `detach_from_local`:
+            // this thread's read of `next` above happens before a freer
+            // that sees null frees the segment.
+            (*segment).heap.store(ptr::null_mut(), Ordering::Release);
+            segment = next;
+        }
+        first
+    };
+    LOCAL_HUGE.unlock();
+    first
 }
 
 /// Rounds a huge mapping size up to one of four steps per power of two, so
@@ -192,6 +303,7 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
             // SAFETY: reused is exclusively ours; its block is mapped and at
             // least a page long.
             let zero = unsafe {
+                crate::valgrind::header_access(p);
                 (*(p as *mut crate::page::Block)).freed = 0;
                 let bytes = (*reused).mapping_size;
                 if (*reused).purged_units != 0 {
@@ -298,6 +410,14 @@ pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: u
     if cfg!(feature = "secure") || p as usize != segment as usize + PAGE_SIZE {
         return ptr::null_mut();
     }
+    // A local heap's list points at the header: its blocks are copied.
+    // Acquire: pairs with the Release store of null in `detach_all`, so
+    // that heap's last read of the header happens before a move unmaps
+    // the old range.
+    // SAFETY: the caller guarantees segment is live.
+    if !unsafe { (*segment).heap.load(Ordering::Acquire) }.is_null() {
+        return ptr::null_mut();
+    }
     let Some(new_total) = new_size
         .checked_add(PAGE_SIZE + os::page_size() - 1)
         .map(|t| t & !(os::page_size() - 1))
@@ -384,6 +504,10 @@ pub(crate) unsafe fn huge_usable_size(segment: *const Segment, p: *const u8) -> 
 /// # Safety
 /// `segment` must be the live huge segment of block `p`, no longer used.
 pub(crate) unsafe fn huge_free(segment: *mut Segment, p: *const u8) {
+    // Before the mapping can be reused by another thread (the cache).
+    crate::valgrind::header_done(p as *mut u8);
+    // SAFETY: the caller's guarantee.
+    unsafe { detach_from_local(segment) };
     stats::huge_in_use(-1);
     let delay = crate::policy::purge_delay_ms();
     let victim = if p as usize == segment as usize + PAGE_SIZE && delay != 0 && !NO_CACHES {

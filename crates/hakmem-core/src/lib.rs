@@ -21,6 +21,7 @@
 //! The crate is `no_std`; it needs `libc` (mmap, pthread keys) and runs on
 //! x86-64 Linux.
 #![no_std]
+#![cfg_attr(feature = "nightly", feature(allocator_api))]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 // The loom build compiles only the protocols its models drive.
@@ -40,6 +41,7 @@ mod free;
 mod heap;
 mod huge;
 mod list;
+mod local;
 mod os;
 mod page;
 mod page_queue;
@@ -52,6 +54,7 @@ mod segment_map;
 mod stats;
 mod sync;
 mod thread;
+mod valgrind;
 
 #[cfg(all(test, hakmem_loom))]
 mod loom_models;
@@ -65,7 +68,7 @@ pub use front::*;
 
 #[cfg(not(hakmem_loom))]
 mod front {
-    use crate::{class, huge, os, purge, segment_map, thread};
+    use crate::{class, huge, os, purge, segment_map, thread, valgrind};
     use core::alloc::{GlobalAlloc, Layout};
     use core::ptr;
 
@@ -73,11 +76,13 @@ mod front {
     pub use crate::class::{MEDIUM_SIZE_MAX, SMALL_SIZE_MAX};
     pub use crate::config::{config, Config, OnError, Policy, DEFAULT_PURGE_DELAY_MS};
     pub use crate::free::{check_block, free, free_checked};
+    pub use crate::local::LocalHeap;
     pub use crate::os::{os_counters, page_size as os_page_size, Line, OsCounters, StackText};
     pub use crate::policy::{report as policy_report, Decision, PolicyReport};
     pub use crate::segment::{LARGE_SIZE_MAX, PAGE_SIZE, SEGMENT_SIZE};
     pub use crate::stats::{print_stats, stats, stats_json, Stats, HUGE_ROW, LARGE_ROW, ROWS};
 
+    use crate::heap::Heap;
     use crate::segment::{segment_of, SegmentKind};
 
     /// The alignment every allocation gets without asking (C's `max_align_t`).
@@ -122,6 +127,11 @@ mod front {
 
         #[inline]
         unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            if valgrind::ENABLED {
+                // SAFETY: GlobalAlloc's contract: p is a live block of this
+                // allocator of layout; thread::heap() is this thread's heap.
+                return unsafe { realloc_tracked(thread::heap(), p, Some(layout.size()), new_size, layout.align()) };
+            }
             // SAFETY: GlobalAlloc's contract: p is a live block of this allocator.
             unsafe { realloc(p, new_size, layout.align()) }
         }
@@ -156,7 +166,7 @@ mod front {
     #[inline(always)]
     fn alloc_aligned(size: usize, align: usize) -> *mut u8 {
         debug_assert!(align.is_power_of_two());
-        if align <= MIN_ALIGN && size <= SMALL_SIZE_MAX {
+        let p = if align <= MIN_ALIGN && size <= SMALL_SIZE_MAX {
             // SAFETY: thread::heap() is this thread's heap.
             unsafe { crate::alloc::alloc_small(thread::heap(), size) }
         } else if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
@@ -164,13 +174,26 @@ mod front {
             unsafe { crate::alloc::alloc(thread::heap(), class::class_of(size)) }
         } else {
             alloc_other(size, align)
+        };
+        track_alloc(p, size);
+        p
+    }
+
+    /// Tells valgrind (the `valgrind` feature; nothing otherwise) that `p`,
+    /// when not null, was just handed out for `size` bytes.
+    #[inline(always)]
+    fn track_alloc(p: *mut u8, size: usize) {
+        if valgrind::ENABLED && !p.is_null() {
+            // SAFETY: p is a live block just allocated.
+            valgrind::on_alloc(p, size, unsafe { usable_size(p) });
         }
     }
 
     /// [`alloc_generic`] without the zero flag: a tail call from `alloc`.
     #[inline(never)]
     fn alloc_other(size: usize, align: usize) -> *mut u8 {
-        alloc_generic(size, align).0
+        // SAFETY: thread::heap() is this thread's heap.
+        unsafe { alloc_generic(thread::heap(), size, align).0 }
     }
 
     /// `malloc`: `size` bytes aligned to `MIN_ALIGN`.
@@ -179,24 +202,43 @@ mod front {
         alloc_aligned(size, MIN_ALIGN)
     }
 
-    /// Large, huge and over-aligned requests. Returns the block and whether it
-    /// is known to be zeroed.
+    /// Large, huge and over-aligned requests, from `heap`. Returns the
+    /// block and whether it is known to be zeroed.
+    ///
+    /// # Safety
+    /// `heap` must be the calling thread's heap (possibly the empty or the
+    /// exited heap) or one of its live local heaps.
     #[inline]
-    fn alloc_generic(size: usize, align: usize) -> (*mut u8, bool) {
+    pub(crate) unsafe fn alloc_generic(heap: *mut Heap, size: usize, align: usize) -> (*mut u8, bool) {
         debug_assert!(align.is_power_of_two());
         debug_assert!(align > MIN_ALIGN || size > MEDIUM_SIZE_MAX);
-        let (p, zero) = if align <= PAGE_SIZE {
+        // SAFETY: the caller's guarantee.
+        let (p, zero) = unsafe {
             match class::aligned_class(size, align) {
-                // SAFETY: thread::heap() is this thread's heap.
-                Some(c) if align > MIN_ALIGN => (unsafe { crate::alloc::alloc(thread::heap(), c) }, false),
-                _ if size <= LARGE_SIZE_MAX => crate::alloc::alloc_large(size),
-                _ => huge::huge_alloc(size, align),
+                Some(c) if align > MIN_ALIGN && align <= PAGE_SIZE => (crate::alloc::alloc(heap, c), false),
+                _ if size <= LARGE_SIZE_MAX && align <= PAGE_SIZE => crate::alloc::alloc_large(heap, size),
+                _ => alloc_huge(heap, size, align),
             }
-        } else {
-            huge::huge_alloc(size, align)
         };
         if p.is_null() {
             os::set_errno(os::ENOMEM);
+        }
+        (p, zero)
+    }
+
+    /// A huge block for `heap`, listed in it when it is a local heap (so
+    /// that destroying the heap frees it).
+    ///
+    /// # Safety
+    /// As for [`alloc_generic`].
+    unsafe fn alloc_huge(heap: *mut Heap, size: usize, align: usize) -> (*mut u8, bool) {
+        let (p, zero) = huge::huge_alloc(size, align);
+        // SAFETY: the caller's guarantee; p is a huge block just allocated
+        // for heap, so segment_of(p) is its fresh huge segment.
+        unsafe {
+            if !p.is_null() && (*heap).is_local() {
+                huge::attach_to_local(heap, segment_of(p));
+            }
         }
         (p, zero)
     }
@@ -212,13 +254,34 @@ mod front {
 
     /// [`alloc_zeroed`] for an `align` known to be a power of two.
     fn alloc_zeroed_aligned(size: usize, align: usize) -> *mut u8 {
+        // SAFETY: thread::heap() is this thread's heap.
+        unsafe { alloc_zeroed_in(thread::heap(), size, align) }
+    }
+
+    /// [`alloc_zeroed`] from `heap`, for an `align` known to be a power of
+    /// two.
+    ///
+    /// # Safety
+    /// As for [`alloc_generic`].
+    pub(crate) unsafe fn alloc_zeroed_in(heap: *mut Heap, size: usize, align: usize) -> *mut u8 {
         debug_assert!(align.is_power_of_two());
-        if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
-            // SAFETY: thread::heap() is this thread's heap; class_of(size)
-            // is size's class.
-            return unsafe { crate::alloc::alloc_zeroed(thread::heap(), class::class_of(size), size) };
+        if valgrind::ENABLED {
+            // Cleared after valgrind is told of the block (the internal
+            // paths clear it before), every time.
+            // SAFETY: the caller's guarantee.
+            let p = unsafe { alloc_in(heap, size, align) };
+            if !p.is_null() {
+                // SAFETY: p is a live block of at least `size` bytes.
+                unsafe { ptr::write_bytes(p, 0, size) };
+            }
+            return p;
         }
-        let (p, zero) = alloc_generic(size, align);
+        if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
+            // SAFETY: the caller's guarantee; class_of(size) is size's class.
+            return unsafe { crate::alloc::alloc_zeroed(heap, class::class_of(size), size) };
+        }
+        // SAFETY: the caller's guarantee.
+        let (p, zero) = unsafe { alloc_generic(heap, size, align) };
         if !p.is_null() && !zero {
             // SAFETY: p is a live block of at least `size` bytes just allocated here.
             unsafe { ptr::write_bytes(p, 0, size) };
@@ -258,8 +321,31 @@ mod front {
     /// # Safety
     /// `p` must be null or a live block returned by this allocator with `align`.
     pub unsafe fn realloc(p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
+        // SAFETY: the caller's guarantee; thread::heap() is this thread's heap.
+        unsafe { realloc_in(thread::heap(), p, new_size, align) }
+    }
+
+    /// [`realloc`] through `heap` (a new block comes from it; `p` is freed
+    /// through it). An `align` that is not a power of two gets null and
+    /// `EINVAL` when the block cannot stay where it is.
+    ///
+    /// # Safety
+    /// As for [`realloc`] and [`alloc_generic`].
+    pub(crate) unsafe fn realloc_in(heap: *mut Heap, p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
+        let alloc = |size| {
+            if align.is_power_of_two() {
+                // SAFETY: the caller's guarantee for heap.
+                unsafe { alloc_in(heap, size, align) }
+            } else {
+                invalid_alignment()
+            }
+        };
         if p.is_null() {
-            return alloc(new_size, align);
+            return alloc(new_size);
+        }
+        if valgrind::ENABLED {
+            // SAFETY: the caller's guarantee.
+            return unsafe { realloc_tracked(heap, p, None, new_size, align) };
         }
         // SAFETY: p is a live hakmem block.
         let usable = unsafe { usable_size(p) };
@@ -275,13 +361,78 @@ mod front {
                 return q;
             }
         }
-        let q = alloc(new_size, align);
+        let q = alloc(new_size);
         if !q.is_null() {
             // SAFETY: both blocks are live and disjoint; p has `usable` bytes
             // and q at least `new_size`.
             unsafe {
                 ptr::copy_nonoverlapping(p, q, usable.min(new_size));
-                free(p);
+                crate::free::free_in(heap, p);
+            }
+        }
+        q
+    }
+
+    /// [`alloc`] from `heap`, for an `align` known to be a power of two:
+    /// the same routing as the thread heap's, with `heap`'s address.
+    ///
+    /// # Safety
+    /// As for [`alloc_generic`].
+    #[inline(always)]
+    pub(crate) unsafe fn alloc_in(heap: *mut Heap, size: usize, align: usize) -> *mut u8 {
+        debug_assert!(align.is_power_of_two());
+        // SAFETY: the caller's guarantee.
+        let p = unsafe {
+            if align <= MIN_ALIGN && size <= SMALL_SIZE_MAX {
+                crate::alloc::alloc_small(heap, size)
+            } else if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
+                crate::alloc::alloc(heap, class::class_of(size))
+            } else {
+                alloc_generic(heap, size, align).0
+            }
+        };
+        track_alloc(p, size);
+        p
+    }
+
+    /// `realloc` with the `valgrind` feature: always a new block (from
+    /// `heap`), the old one's `old_size` bytes (when known; else all its
+    /// usable bytes, made defined first: memcheck does not know we may
+    /// read the slack) copied, then the old one freed — each step one
+    /// memcheck can follow, where the in-place and `mremap` paths are not.
+    ///
+    /// # Safety
+    /// As for [`realloc_in`]; `p` not null, and allocated with `old_size`
+    /// bytes when that is given.
+    #[cold]
+    #[inline(never)]
+    unsafe fn realloc_tracked(
+        heap: *mut Heap,
+        p: *mut u8,
+        old_size: Option<usize>,
+        new_size: usize,
+        align: usize,
+    ) -> *mut u8 {
+        // SAFETY: p is a live hakmem block.
+        let usable = unsafe { usable_size(p) };
+        let old = match old_size {
+            Some(size) => size.min(usable),
+            None => {
+                valgrind::defined(p, usable);
+                usable
+            }
+        };
+        if !align.is_power_of_two() {
+            return invalid_alignment();
+        }
+        // SAFETY: the caller's guarantee for heap.
+        let q = unsafe { alloc_in(heap, new_size, align) };
+        if !q.is_null() {
+            // SAFETY: both blocks are live and disjoint; p has `old` bytes
+            // the program may read, q at least `new_size`.
+            unsafe {
+                ptr::copy_nonoverlapping(p, q, old.min(new_size));
+                crate::free::free_in(heap, p);
             }
         }
         q

@@ -146,7 +146,8 @@ fn parked_page_notifies_on_first_remote_free() {
 /// it empties the segment, which is unmapped (no segment cache under loom).
 fn large_block_of_this_thread() -> (*mut Heap, SendPtr<u8>) {
     let heap = crate::thread::init_heap();
-    let (p, _) = crate::alloc::alloc_large(100_000);
+    // SAFETY: heap is this thread's heap.
+    let (p, _) = unsafe { crate::alloc::alloc_large(heap, 100_000) };
     assert!(!p.is_null());
     (heap, SendPtr(p))
 }
@@ -287,6 +288,154 @@ fn remote_free_into_a_reclaimed_parked_page_always_reaches_the_reclaimer() {
         // SAFETY: the reclaimer's thread has finished; nobody else uses it.
         unsafe { crate::remote::take_notifications(heap.0) };
         assert!(page_released(p), "the reclaimer took the block in");
+    });
+}
+
+/// Issue 17: a block of a local heap is freed by another thread while the
+/// heap's thread deletes the heap — its segment taken in by the thread
+/// heap (`abandon::reclaim`). `large`: the heap's large block, its page
+/// parked at once, so the free notifies (the notification may reach the
+/// deleted heap or the thread heap); otherwise a small block of a queued
+/// page, pushed without a notification. With `exit`, the thread then
+/// exits, freeing and unmapping the segment once the block is back: the
+/// freeing thread touches nothing of the segment after it can be
+/// unmapped, and the block comes back exactly once. Without, the thread
+/// heap's next slow path must take the block in (a notification that
+/// reached only the deleted heap would be lost).
+fn local_heap_block_freed_while_the_heap_is_deleted(large: bool, exit: bool) {
+    loom::model(move || {
+        let owner = crate::thread::init_heap();
+        let local = crate::local::local_new();
+        assert!(!local.is_null());
+        // SAFETY: local is this thread's live local heap.
+        let p = unsafe {
+            if large {
+                crate::alloc::alloc_large(local, 100_000).0
+            } else {
+                crate::alloc::alloc_small(local, 64)
+            }
+        };
+        assert!(!p.is_null());
+        let p = SendPtr(p);
+        let freer = if large {
+            free_remotely(p)
+        } else {
+            free_remotely_and_flush(p)
+        };
+        // SAFETY: local is this thread's, not used after this.
+        unsafe { crate::local::local_delete(local) };
+        if exit {
+            // As thread::thread_exit does.
+            crate::thread::set_heap(heap::EXITED_HEAP.get());
+            // SAFETY: owner is this thread's heap, no longer used by it.
+            unsafe { crate::abandon::heap_abandon(owner) };
+            freer.join().unwrap();
+            if large {
+                block_came_back(p);
+            } else {
+                small_block_came_back(p);
+            }
+        } else {
+            freer.join().unwrap();
+            // SAFETY: owner is this thread's heap.
+            unsafe { crate::remote::take_notifications(owner) };
+            assert!(page_released(p), "the thread heap took the block in");
+        }
+    });
+}
+
+/// `free_remotely`, then the freeing thread's batches pushed, as its exit
+/// would: a freer that found the segment ownerless made itself a heap
+/// (`free::take_over_abandoned`) and, when the segment was not on the
+/// abandoned list yet, batched the small block there.
+fn free_remotely_and_flush(p: SendPtr<u8>) -> loom::thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let p = p.0;
+        // SAFETY: p is a live block of this allocator, freed once, here;
+        // thread::heap() is this thread's heap.
+        unsafe {
+            crate::free::free_slow(segment::segment_of(p), p);
+            let heap = crate::thread::heap();
+            if !heap::is_static_heap(heap) {
+                crate::remote::flush_remote(heap);
+            }
+        }
+    })
+}
+
+/// `block_came_back` for a small block: a freeing thread that took the
+/// segment over (`free::take_over_abandoned`) keeps the emptied page when
+/// it is its class's only page (`free::page_retire`), so the page, not the
+/// segment, must be empty — the block came back exactly once.
+fn small_block_came_back(p: SendPtr<u8>) {
+    let seg = segment::segment_of(p.0);
+    // SAFETY: as in `block_came_back`: the other threads have finished.
+    unsafe {
+        if (*seg).is_mapped() && crate::arena::abandoned_count() == 0 {
+            assert!(!(*seg).heap.load(Ordering::Relaxed).is_null(), "taken over");
+            let page = (*seg).page_of(p.0);
+            assert!(!(*page).in_use || (*page).used == 0, "the block came back once");
+            return;
+        }
+    }
+    block_came_back(p);
+}
+
+#[test]
+fn local_heap_large_block_freed_remotely_while_the_heap_is_deleted() {
+    local_heap_block_freed_while_the_heap_is_deleted(true, false);
+}
+
+#[test]
+fn local_heap_large_block_freed_remotely_while_the_heap_is_deleted_and_its_thread_exits() {
+    local_heap_block_freed_while_the_heap_is_deleted(true, true);
+}
+
+#[test]
+fn local_heap_small_block_freed_remotely_while_the_heap_is_deleted_and_its_thread_exits() {
+    local_heap_block_freed_while_the_heap_is_deleted(false, true);
+}
+
+/// Issue 17: the thread of a live local heap frees one block of a parked
+/// page of it through its thread heap (`free_slow` takes it locally, into
+/// the local heap, without an atomic) while another thread frees the
+/// page's other block (the push that notifies the local heap): no block is
+/// lost or counted twice.
+#[test]
+fn local_heap_creator_free_racing_a_remote_free_of_the_same_page() {
+    loom::model(|| {
+        let _owner = crate::thread::init_heap();
+        let local = crate::local::local_new();
+        // Two blocks of one small page, the page parked by hand as
+        // `find_page` parks a page it finds without a free block.
+        // SAFETY: local is this thread's live local heap; the page is
+        // the local heap's, handled as its owner does.
+        let (a, b, page) = unsafe {
+            let a = crate::alloc::alloc_small(local, 1024);
+            let b = crate::alloc::alloc_small(local, 1024);
+            let seg = segment::segment_of(a);
+            let page = (*seg).page_of(a);
+            assert_eq!(page, (*seg).page_of(b));
+            while !(*page).free.is_null() || (*page).extend() {
+                (*page).pop();
+            }
+            crate::page_queue::queue_remove(local, page);
+            crate::page_queue::settle(local, seg, page);
+            assert_eq!((*page).flags, PAGE_IN_FULL, "parked");
+            (a, SendPtr(b), SendPtr(page))
+        };
+        let freer = free_remotely(b);
+        // SAFETY: a is a live block of this thread's local heap.
+        unsafe { crate::free::free_slow(segment::segment_of(a), a) };
+        freer.join().unwrap();
+        // SAFETY: the other thread has finished; the page is the local
+        // heap's, this thread's.
+        unsafe {
+            let page = page.0;
+            (*page).collect_remote();
+            assert_eq!((*page).used, (*page).capacity - 2, "both blocks came back, once");
+            assert!((*page).is_valid());
+        }
     });
 }
 

@@ -341,8 +341,10 @@ impl Page {
     /// handing out foreign memory).
     #[inline(always)]
     pub(crate) fn next_of(&self, block: *mut Block) -> *mut Block {
+        crate::valgrind::header_access(block);
         // SAFETY: block is a free block of this page (callers walk its lists).
         let raw = unsafe { (*block).next };
+        crate::valgrind::header_done(block);
         #[cfg(feature = "secure")]
         {
             let next = (raw as usize ^ self.key) as *mut Block;
@@ -423,6 +425,7 @@ impl Page {
         // SAFETY: blocks base..base+n lie inside the span (n <= remaining),
         // which is mapped read-write and owned by this page's owner.
         unsafe {
+            crate::valgrind::undefined(self.start.add(base * bs), n * bs);
             let block = |i: u16| self.start.add((base + i as usize) * bs) as *mut Block;
             for w in order[..n].windows(2) {
                 (*block(w[0])).next = self.encode(block(w[1]));
@@ -431,6 +434,7 @@ impl Page {
             (*block(order[n - 1])).next = self.encode(ptr::null_mut());
             self.on_free_was_free(block(order[n - 1]) as *const u8);
             self.free = block(order[0]);
+            crate::valgrind::no_access(self.start.add(base * bs), n * bs);
         }
         self.capacity += n as u32;
         self.set_carved(self.capacity);
@@ -443,6 +447,7 @@ impl Page {
         let b = self.free;
         debug_assert!(!b.is_null());
         self.free = self.next_of(b);
+        crate::valgrind::header_access(b);
         // SAFETY: b is a free block of this page, now handed out.
         unsafe { (*b).freed = 0 };
         self.on_alloc(b as *const u8);
@@ -457,6 +462,7 @@ impl Page {
         // SAFETY: block is a handed-out block of this page, being freed by
         // its owner: its link word is ours to write.
         unsafe { (*block).next = self.encode(self.free) };
+        crate::valgrind::header_done(block);
         self.free = block;
         debug_assert!(self.used > 0);
         self.used -= 1;
@@ -466,8 +472,10 @@ impl Page {
     /// it is fresh: all zero but its first word (see the module docs).
     pub(crate) fn pop_fresh(&mut self) -> (*mut u8, bool) {
         debug_assert!(!self.free.is_null());
+        crate::valgrind::header_access(self.free);
         // SAFETY: free is a free block of this page: both words are ours to read.
         let never_freed = unsafe { (*self.free).freed == 0 };
+        crate::valgrind::header_done(self.free);
         (self.pop(), self.zero_init && never_freed)
     }
 
@@ -531,7 +539,9 @@ impl Page {
                     }
                     tail = next;
                 }
+                crate::valgrind::header_access(tail);
                 (*tail).next = self.encode(self.free);
+                crate::valgrind::header_done(tail);
             }
         }
         self.free = head;
@@ -561,7 +571,11 @@ impl Page {
         loop {
             // SAFETY: the chain's blocks are blocks of this page being freed
             // by the caller, who owns them until the CAS publishes them.
-            unsafe { (*tail).next = self.encode((old & REMOTE_HEAD_MASK) as *mut Block) };
+            unsafe {
+                crate::valgrind::header_access(tail);
+                (*tail).next = self.encode((old & REMOTE_HEAD_MASK) as *mut Block);
+                crate::valgrind::header_done(tail);
+            }
             let parked = old & FULL_NOTIFY != 0;
             let total = (old >> REMOTE_COUNT_SHIFT) + count as usize;
             let new =

@@ -70,24 +70,28 @@ fn batch_slot(page: *const Page) -> usize {
 }
 
 /// Frees `block` of `page`, a page this thread does not own (its freed mark
-/// is written): into the page's open chain, pushed when it is full.
+/// is written): into the page's open chain, pushed when it is full — or
+/// at once when `batch` is false (a local heap's page, which may be
+/// destroyed as soon as this free returns: see `Segment::local_parent`).
 ///
 /// # Safety
 /// `heap` must be the calling thread's heap (possibly the empty heap);
 /// `block` a live block of `page` that the caller is freeing.
-pub(crate) unsafe fn remote_free(heap: *mut Heap, page: *mut Page, block: *mut Block) {
+pub(crate) unsafe fn remote_free(heap: *mut Heap, page: *mut Page, block: *mut Block, batch: bool) {
     // SAFETY: the caller's guarantees; the batch slots are this thread's.
     unsafe {
         let size = (*page).block_size;
-        if is_static_heap(heap) || size >= REMOTE_BATCH_BYTES {
-            // No heap of its own to gather in (a thread that never
-            // allocated, or one that has exited), or a block worth a push.
+        if !batch || is_static_heap(heap) || size >= REMOTE_BATCH_BYTES {
+            // A local heap's block, no heap of its own to gather in (a
+            // thread that never allocated, or one that has exited), or a
+            // block worth a push.
             push_chain(page, block, block, 1);
             return;
         }
         let batch = &mut (*heap).remote[batch_slot(page)];
         if batch.page == page {
             (*block).next = (*page).encode(batch.head);
+            crate::valgrind::header_done(block);
             batch.head = block;
             batch.count += 1;
         } else {
@@ -98,6 +102,8 @@ pub(crate) unsafe fn remote_free(heap: *mut Heap, page: *mut Page, block: *mut B
                 tail: block,
                 count: 1,
             };
+            // Its link is written when the batch is pushed (`push_remote`).
+            crate::valgrind::header_done(block);
         }
         if batch.count as usize * size >= REMOTE_BATCH_BYTES {
             flush_batch(batch);

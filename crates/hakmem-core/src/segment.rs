@@ -11,11 +11,14 @@
 //! page start is 64 KiB-aligned (aligned allocation relies on this). The
 //! header's untouched tail is never faulted in.
 //!
-//! A *normal* segment belongs to one thread heap (`heap`), which carves
-//! spans of pages from it without locks; a free is local exactly when the
-//! segment's `heap` is the calling thread's heap. A *huge* segment is one
-//! dedicated mapping holding a single block (huge.rs); its `heap` is null,
-//! so every free of it takes the slow path, from any thread.
+//! A *normal* segment belongs to one heap (`heap`), which carves spans of
+//! pages from it without locks: a thread heap, or a local heap (local.rs),
+//! whose segments also name the thread that made it (`local_parent`). A
+//! free is local exactly when the segment's `heap` is the calling thread's
+//! heap or its `local_parent` is (one of the calling thread's local
+//! heaps). A *huge* segment is one dedicated mapping holding a single block
+//! (huge.rs); its `heap` is null, or the local heap that allocated it, and
+//! every free of it takes the slow path, from any thread.
 //!
 //! Free memory goes back to the OS after `HAKMEM_PURGE_DELAY` ms: freed spans
 //! of an owned segment are marked in `purge_units` and purged by the owner's
@@ -67,7 +70,18 @@ pub(crate) enum SegmentKind {
 #[repr(C)]
 pub(crate) struct Segment {
     /// Owner heap (null when not owned); read by remote frees to notify.
+    /// A huge segment: the local heap whose list holds it (null: none; see
+    /// huge.rs, "Huge blocks of local heaps").
     pub(crate) heap: AtomicPtr<Heap>,
+    /// A normal segment owned by a local heap: the thread heap of the
+    /// thread that made that local heap (`Heap::parent`), the only thread
+    /// that may use it; null otherwise. A free by that thread is local (it
+    /// goes to the local heap's page without an atomic), and a free by any
+    /// other thread is pushed at once instead of batched, so that no block
+    /// of a local heap waits in a batch when the heap is destroyed
+    /// (remote.rs). Written by the owner with `heap` (`adopt`), cleared when
+    /// the local heap lets the segment go.
+    pub(crate) local_parent: AtomicPtr<Heap>,
     /// Pages (by head index) whose parked-full state a remote free ended.
     pub(crate) notify_bits: AtomicU32,
     pub(crate) kind: SegmentKind,
@@ -127,6 +141,7 @@ impl Segment {
                 segment,
                 Segment {
                     heap: AtomicPtr::new(ptr::null_mut()),
+                    local_parent: AtomicPtr::new(ptr::null_mut()),
                     notify_bits: AtomicU32::new(0),
                     kind: SegmentKind::Normal,
                     free_units: 0,
@@ -303,6 +318,7 @@ impl Segment {
         // Relaxed: the segment is exclusively ours (fresh or from the
         // cache); the adopting heap publishes it (see `adopt`).
         self.heap.store(ptr::null_mut(), Ordering::Relaxed);
+        self.local_parent.store(ptr::null_mut(), Ordering::Relaxed);
         self.notify_bits.store(0, Ordering::Relaxed);
         self.kind = SegmentKind::Normal;
         self.free_units = ALL_BLOCK_PAGES;

@@ -46,6 +46,9 @@ mod mallinfo;
 mod overrides;
 
 use core::ffi::{c_char, c_int, c_void};
+use core::mem::ManuallyDrop;
+use core::ptr;
+use hakmem_core::LocalHeap;
 
 /// Counts of the OS memory calls hakmem has made since the process started.
 #[repr(C)]
@@ -157,6 +160,129 @@ pub unsafe extern "C" fn hakmem_stats_json(buf: *mut c_char, size: usize) -> usi
         *nul = 0;
     }
     len
+}
+
+/// A local heap (`hakmem_core::LocalHeap`): a heap of the thread that made
+/// it, beside its thread heap. Opaque; made by `hakmem_heap_new`, ended
+/// by `hakmem_heap_delete` or `hakmem_heap_destroy`.
+///
+/// A heap may be used (allocated from, deleted, destroyed) only by the
+/// thread that made it. Its blocks are ordinary blocks: any thread may
+/// `free` or `realloc` them, also after the heap was deleted. A heap still
+/// alive when its thread exits is emptied into that thread's memory then
+/// (as if deleted: its blocks stay valid); the handle allocates nothing
+/// more, and deleting it only gives the handle back.
+pub struct HakmemHeap {
+    _opaque: [u8; 0],
+}
+
+/// Uses the local heap behind `heap` without taking it over.
+///
+/// # Safety
+/// `heap` must be a live heap from `hakmem_heap_new` on the calling thread.
+unsafe fn with_heap<T>(heap: *mut HakmemHeap, f: impl FnOnce(&LocalHeap) -> T) -> T {
+    // SAFETY: the caller's guarantee; ManuallyDrop keeps the heap alive.
+    let heap = ManuallyDrop::new(unsafe { LocalHeap::from_raw(heap.cast()) });
+    f(&heap)
+}
+
+/// A new local heap of the calling thread: allocate from it with
+/// `hakmem_heap_malloc` (the same fast path as `malloc`), then either
+/// delete it (`hakmem_heap_delete`: its blocks stay valid) or destroy it
+/// (`hakmem_heap_destroy`: every block in it freed at once, in time
+/// proportional to its pages). `NULL` with `errno = ENOMEM` when no memory
+/// can be had.
+#[no_mangle]
+pub extern "C" fn hakmem_heap_new() -> *mut HakmemHeap {
+    match LocalHeap::try_new() {
+        Some(heap) => heap.into_raw().cast(),
+        None => overrides::enomem().cast(),
+    }
+}
+
+/// `malloc(size)` from `heap`: `size` bytes aligned to 16; `NULL` with
+/// `errno = ENOMEM` on failure. The block is freed with `free` (by any
+/// thread), or with the heap by `hakmem_heap_destroy`.
+///
+/// # Safety
+/// `heap` must be a live heap from `hakmem_heap_new` on the calling thread.
+#[no_mangle]
+pub unsafe extern "C" fn hakmem_heap_malloc(heap: *mut HakmemHeap, size: usize) -> *mut c_void {
+    // SAFETY: the caller's guarantee.
+    unsafe { with_heap(heap, |heap| heap.alloc(size, hakmem_core::MIN_ALIGN).cast()) }
+}
+
+/// `calloc(count, size)` from `heap`: zeroed; `NULL` with `errno = ENOMEM`
+/// when `count * size` overflows or no memory can be had.
+///
+/// # Safety
+/// As `hakmem_heap_malloc`.
+#[no_mangle]
+pub unsafe extern "C" fn hakmem_heap_calloc(heap: *mut HakmemHeap, count: usize, size: usize) -> *mut c_void {
+    let Some(total) = count.checked_mul(size) else {
+        return overrides::enomem();
+    };
+    // SAFETY: the caller's guarantee.
+    unsafe { with_heap(heap, |heap| heap.alloc_zeroed(total, hakmem_core::MIN_ALIGN).cast()) }
+}
+
+/// `realloc(p, size)` with a block that must move allocated from `heap`.
+/// `p` may be any block of this library (of any heap). glibc's rules:
+/// `p == NULL` is `hakmem_heap_malloc(heap, size)`; `size == 0` frees `p`
+/// and returns `NULL`; on failure `NULL` with `errno = ENOMEM`, `p` still
+/// valid.
+///
+/// # Safety
+/// As `hakmem_heap_malloc`; `p` must be `NULL` or a live block of this
+/// library, not used after a success.
+#[no_mangle]
+pub unsafe extern "C" fn hakmem_heap_realloc(heap: *mut HakmemHeap, p: *mut c_void, size: usize) -> *mut c_void {
+    if !p.is_null() && !overrides::is_live_block("hakmem_heap_realloc", p) {
+        overrides::set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    // SAFETY: the caller's guarantee for heap; p is null or a live block
+    // (checked above), of MIN_ALIGN as every C block is.
+    unsafe {
+        with_heap(heap, |heap| {
+            if !p.is_null() && size == 0 {
+                heap.free(p.cast());
+                return ptr::null_mut();
+            }
+            heap.realloc(p.cast(), size, hakmem_core::MIN_ALIGN).cast()
+        })
+    }
+}
+
+/// Deletes `heap`: its blocks stay valid and are freed normally later
+/// (with `free`, by any thread); its free memory serves the calling
+/// thread's later allocations. `NULL` is ignored.
+///
+/// # Safety
+/// `heap` must be `NULL` or a live heap from `hakmem_heap_new` on the
+/// calling thread, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn hakmem_heap_delete(heap: *mut HakmemHeap) {
+    if !heap.is_null() {
+        // SAFETY: the caller's guarantee; dropping the handle deletes it.
+        drop(unsafe { LocalHeap::from_raw(heap.cast()) });
+    }
+}
+
+/// Destroys `heap`: every block allocated from it and not yet freed is
+/// freed at once, in time proportional to the pages it holds (not its
+/// blocks). `NULL` is ignored.
+///
+/// # Safety
+/// As `hakmem_heap_delete`; besides, no block allocated from the heap may
+/// be used or freed afterwards, nor be being freed by another thread while
+/// this runs.
+#[no_mangle]
+pub unsafe extern "C" fn hakmem_heap_destroy(heap: *mut HakmemHeap) {
+    if !heap.is_null() {
+        // SAFETY: the caller's guarantees.
+        unsafe { LocalHeap::from_raw(heap.cast()).destroy() };
+    }
 }
 
 /// Abort builds have no std: report the panic on stderr (without

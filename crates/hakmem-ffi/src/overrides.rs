@@ -66,14 +66,14 @@ fn pvalloc_size(size: usize) -> Option<usize> {
     Some(size.checked_add(OS_PAGE_SIZE - 1)? & !(OS_PAGE_SIZE - 1))
 }
 
-fn set_errno(value: c_int) {
+pub(crate) fn set_errno(value: c_int) {
     // SAFETY: __errno_location returns this thread's errno, always valid.
     unsafe { *libc::__errno_location() = value }
 }
 
 /// `NULL` with `errno = ENOMEM`.
 #[cold]
-fn enomem() -> *mut c_void {
+pub(crate) fn enomem() -> *mut c_void {
     set_errno(libc::ENOMEM);
     ptr::null_mut()
 }
@@ -85,7 +85,7 @@ fn enomem() -> *mut c_void {
 /// aborts, or, under `HAKMEM_ON_ERROR=warn`, this returns false and the
 /// caller ignores the call.
 #[inline(always)]
-fn is_live_block(function: &str, p: *mut c_void) -> bool {
+pub(crate) fn is_live_block(function: &str, p: *mut c_void) -> bool {
     // SAFETY: p is non-null (every caller checks); check_block accepts any
     // other value and reads only hakmem segment headers and blocks.
     unsafe { hakmem_core::check_block(p.cast(), function) }

@@ -17,7 +17,7 @@ const VERSION_DEFINE: &str = concat!("HAKMEM_EXPECTED_VERSION=\"", env!("CARGO_P
 /// aliases, C23's sized frees, glibc's statistics functions, the C++
 /// operators (Itanium-mangled), and the `hakmem_*` extensions of
 /// include/hakmem.h.
-const EXPORTS: [&str; 52] = [
+const EXPORTS: [&str; 58] = [
     "__libc_calloc",
     "__libc_free",
     "__libc_malloc",
@@ -57,6 +57,12 @@ const EXPORTS: [&str; 52] = [
     "free_aligned_sized",
     "free_sized",
     "hakmem_collect",
+    "hakmem_heap_calloc",
+    "hakmem_heap_delete",
+    "hakmem_heap_destroy",
+    "hakmem_heap_malloc",
+    "hakmem_heap_new",
+    "hakmem_heap_realloc",
     "hakmem_os_counters",
     "hakmem_owns",
     "hakmem_stats_json",

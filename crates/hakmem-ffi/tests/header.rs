@@ -54,6 +54,12 @@ fn header_declares_only_hakmem_extensions() {
         "hakmem_collect",
         "hakmem_stats_print",
         "hakmem_stats_json",
+        "hakmem_heap_new",
+        "hakmem_heap_malloc",
+        "hakmem_heap_calloc",
+        "hakmem_heap_realloc",
+        "hakmem_heap_delete",
+        "hakmem_heap_destroy",
     ] {
         assert!(GENERATED.contains(&format!("{name}(")), "{name} is not declared");
     }

@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,6 +156,8 @@ static void test_loaded(void) {
         "hakmem_version", "hakmem_owns", "hakmem_os_counters", "hakmem_collect",
         "hakmem_stats_print", "hakmem_stats_json", "free_sized", "free_aligned_sized",
         "mallinfo2", "mallinfo", "malloc_stats", "malloc_info",
+        "hakmem_heap_new", "hakmem_heap_malloc", "hakmem_heap_calloc", "hakmem_heap_realloc",
+        "hakmem_heap_delete", "hakmem_heap_destroy",
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         Dl_info info;
@@ -658,6 +661,81 @@ static void test_mallinfo(void) {
     CHECK(trimmed.uordblks < info.uordblks);
 }
 
+/* Local heaps: blocks from hakmem_heap_malloc/calloc/realloc are ordinary
+ * blocks (free, realloc, malloc_usable_size take them); delete keeps them
+ * valid, destroy gives every page back at once; NULL heaps are ignored. */
+static void *heap_thread(void *block) {
+    /* Another thread frees a block of a heap that is still alive. */
+    free(block);
+    return NULL;
+}
+
+static void test_local_heaps(void) {
+    HakmemHeap *heap = HK(hakmem_heap_new)();
+    CHECK(heap != NULL);
+    void *blocks[1000];
+    for (int i = 0; i < 1000; i++) {
+        blocks[i] = HK(hakmem_heap_malloc)(heap, (size_t)(i % 300) * 7);
+        CHECK(blocks[i] != NULL && ((uintptr_t)blocks[i] & 15) == 0 && HK(hakmem_owns)(blocks[i]));
+        if (blocks[i] != NULL) memset(blocks[i], i & 0xff, (size_t)(i % 300) * 7);
+    }
+    unsigned char *z = HK(hakmem_heap_calloc)(heap, 1000, 5);
+    int zero = z != NULL;
+    for (int i = 0; z != NULL && i < 5000; i++) zero &= z[i] == 0;
+    CHECK(zero);
+    errno = 0;
+    CHECK(HK(hakmem_heap_calloc)(heap, SIZE_MAX / 2, 3) == NULL && errno == ENOMEM);
+    errno = 0;
+    CHECK(HK(hakmem_heap_malloc)(heap, SIZE_MAX - 100) == NULL && errno == ENOMEM);
+    /* realloc: NULL is malloc, 0 frees, growing keeps the contents (a
+     * block of any heap; a huge size too). */
+    unsigned char *r = HK(hakmem_heap_realloc)(heap, NULL, 10);
+    CHECK(r != NULL);
+    memset(r, 0x5a, 10);
+    r = HK(hakmem_heap_realloc)(heap, r, 5u << 20);
+    CHECK(r != NULL && r[0] == 0x5a && r[9] == 0x5a);
+    CHECK(HK(hakmem_heap_realloc)(heap, r, 0) == NULL);
+    char *global = malloc(20);
+    strcpy(global, "from the thread heap");
+    global = HK(hakmem_heap_realloc)(heap, global, 4000);
+    CHECK(global != NULL && strcmp(global, "from the thread heap") == 0);
+    free(global);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, heap_thread, blocks[0]) == 0);
+    pthread_join(t, NULL);
+    free(blocks[1]);
+    void *shrunk = realloc(blocks[2], 1);
+    CHECK(shrunk != NULL);
+    free(shrunk);
+    /* Delete: the blocks stay valid and are freed by free. */
+    HK(hakmem_heap_delete)(heap);
+    int kept = 1;
+    for (int i = 3; i < 1000; i++) {
+        unsigned char *b = blocks[i];
+        size_t size = (size_t)(i % 300) * 7;
+        for (size_t k = 0; k < size; k += 97) kept &= b[k] == (unsigned char)(i & 0xff);
+        free(b);
+    }
+    CHECK(kept);
+    free(z);
+    /* Destroy: every page back at once (as many pages in use as before). */
+    HK(hakmem_collect)(1);
+    char before[2048], after[2048];
+    HK(hakmem_stats_json)(before, sizeof before);
+    heap = HK(hakmem_heap_new)();
+    for (int i = 0; i < 100000; i++) CHECK(HK(hakmem_heap_malloc)(heap, 48) != NULL);
+    CHECK(HK(hakmem_heap_malloc)(heap, 3u << 20) != NULL);
+    HK(hakmem_heap_destroy)(heap);
+    HK(hakmem_collect)(1);
+    HK(hakmem_stats_json)(after, sizeof after);
+    const char *pages_before = strstr(before, "\"pages_in_use\"");
+    const char *pages_after = strstr(after, "\"pages_in_use\"");
+    CHECK(pages_before != NULL && pages_after != NULL &&
+          atol(strchr(pages_before, ':') + 1) == atol(strchr(pages_after, ':') + 1));
+    HK(hakmem_heap_delete)(NULL);
+    HK(hakmem_heap_destroy)(NULL);
+}
+
 int main(void) {
     test_loaded();
     test_malloc();
@@ -672,6 +750,7 @@ int main(void) {
     test_trim_and_stats();
     test_sized_free();
     test_mallinfo();
+    test_local_heaps();
     printf("edge_cases: %d checks, %d failures\n", checks, failures);
     return failures == 0 ? 0 : 1;
 }

@@ -23,12 +23,30 @@ use crate::thread;
 ///
 /// Fast path: segment by mask, owner check against the thread heap, page by
 /// shift, push on the page's free stack (no lock, no atomic
-/// read-modify-write). Anything else goes to `free_slow`.
+/// read-modify-write). Anything else goes to `free_slow`. (`secure`: every
+/// pointer is checked, as the C `free` checks it: [`free_checked`].)
 ///
 /// # Safety
 /// `p` must be a live block returned by this allocator (not null).
 #[inline(always)]
 pub unsafe fn free(p: *mut u8) {
+    #[cfg(feature = "secure")]
+    // SAFETY: free_checked accepts any pointer.
+    return unsafe { free_checked(p) };
+    #[cfg(not(feature = "secure"))]
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        free_unchecked(p)
+    }
+}
+
+/// [`free`] without the pointer checks.
+///
+/// # Safety
+/// As [`free`].
+#[cfg(not(feature = "secure"))]
+#[inline(always)]
+unsafe fn free_unchecked(p: *mut u8) {
     let seg = segment_of(p);
     // SAFETY: p is a live hakmem block, so seg is its segment header and
     // page_of finds its page (an empty one for a huge block).
@@ -51,6 +69,7 @@ unsafe fn free_owned(heap: *mut Heap, seg: *mut Segment, page: *mut Page, p: *mu
     // and the caller's own.
     unsafe {
         if arch::owned_by(page, heap) && (*block).freed != page::freed_mark(page) && !(*page).on_free_was_free(p) {
+            (*page).on_free(p);
             (*block).freed = page::freed_mark(page);
             (*heap).counts.count_free((*page).class as usize);
             (*page).push(block);
@@ -235,11 +254,18 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
             os::report_pointer("free", "double free of", p);
             return;
         }
-        (*block).freed = mark;
         if (*seg).kind == SegmentKind::Huge {
+            huge::on_free(seg, p);
+            (*block).freed = mark;
             huge::huge_free(seg, p);
             return;
         }
+        if (*page).on_free_was_free(p) {
+            os::report_pointer("free", "double free of", p);
+            return;
+        }
+        (*page).on_free(p);
+        (*block).freed = mark;
         let mut heap = thread::heap();
         if (*seg).heap.load(Ordering::Relaxed).is_null() {
             heap = take_over_abandoned(heap, seg);
@@ -253,10 +279,6 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
         // → acquire), so a new thread never reads a predecessor's value as
         // its own.
         if (*seg).heap.load(Ordering::Relaxed) == heap {
-            if (*page).on_free_was_free(p) {
-                os::report_pointer("free", "double free of", p);
-                return;
-            }
             (*page).push(block);
             if (*page).flags & PAGE_IN_FULL != 0 {
                 settle(heap, seg, page);
@@ -265,8 +287,6 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
             } else if (*page).used == 0 {
                 page_retire(heap, seg, page);
             }
-        } else if (*page).on_free_was_free(p) {
-            os::report_pointer("free", "double free of", p);
         } else {
             remote_free(heap, page, block);
         }

@@ -47,6 +47,7 @@ mod purge;
 mod refill;
 mod remote;
 mod segment;
+mod secure;
 mod segment_map;
 mod stats;
 mod sync;
@@ -64,7 +65,7 @@ pub use front::*;
 
 #[cfg(not(hakmem_loom))]
 mod front {
-    use crate::{class, huge, os, purge, segment_map, thread};
+    use crate::{class, huge, os, purge, secure, segment_map, thread};
     use core::alloc::{GlobalAlloc, Layout};
     use core::ptr;
 
@@ -151,15 +152,18 @@ mod front {
     ///
     /// Fast path (size and alignment routed by one compare each): the thread
     /// heap from TLS (2 instructions), the class by table, then `alloc::alloc`.
+    /// The `secure` build routes by the size with its canary byte
+    /// (`secure::padded`; the same size otherwise).
     #[inline(always)]
     fn alloc_aligned(size: usize, align: usize) -> *mut u8 {
         debug_assert!(align.is_power_of_two());
-        if align <= MIN_ALIGN && size <= SMALL_SIZE_MAX {
+        let need = secure::padded(size);
+        if align <= MIN_ALIGN && need <= SMALL_SIZE_MAX {
             // SAFETY: thread::heap() is this thread's heap.
-            unsafe { crate::alloc::alloc_small(thread::heap(), size) }
-        } else if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
-            // SAFETY: thread::heap() is this thread's heap.
-            unsafe { crate::alloc::alloc(thread::heap(), class::class_of(size)) }
+            unsafe { crate::alloc::alloc_small(thread::heap(), need, size) }
+        } else if align <= MIN_ALIGN && need <= secure::CLASS_SIZE_MAX {
+            // SAFETY: thread::heap() is this thread's heap; the class holds need.
+            unsafe { crate::alloc::alloc(thread::heap(), class::class_of(need), size) }
         } else {
             alloc_other(size, align)
         }
@@ -182,12 +186,15 @@ mod front {
     #[inline]
     fn alloc_generic(size: usize, align: usize) -> (*mut u8, bool) {
         debug_assert!(align.is_power_of_two());
-        debug_assert!(align > MIN_ALIGN || size > MEDIUM_SIZE_MAX);
-        let (p, zero) = if align <= PAGE_SIZE {
-            match class::aligned_class(size, align) {
-                // SAFETY: thread::heap() is this thread's heap.
-                Some(c) if align > MIN_ALIGN => (unsafe { crate::alloc::alloc(thread::heap(), c) }, false),
-                _ if size <= LARGE_SIZE_MAX => crate::alloc::alloc_large(size),
+        let need = secure::padded(size);
+        debug_assert!(align > MIN_ALIGN || need > secure::CLASS_SIZE_MAX);
+        let (p, zero) = if align <= secure::CLASS_ALIGN_MAX {
+            match class::aligned_class(need, align) {
+                Some(c) if align > MIN_ALIGN && class::BLOCK_SIZE[c] <= secure::CLASS_SIZE_MAX => {
+                    // SAFETY: thread::heap() is this thread's heap; c holds need.
+                    (unsafe { crate::alloc::alloc(thread::heap(), c, size) }, false)
+                }
+                _ if !cfg!(feature = "secure") && size <= LARGE_SIZE_MAX => crate::alloc::alloc_large(size),
                 _ => huge::huge_alloc(size, align),
             }
         } else {
@@ -211,10 +218,11 @@ mod front {
     /// [`alloc_zeroed`] for an `align` known to be a power of two.
     fn alloc_zeroed_aligned(size: usize, align: usize) -> *mut u8 {
         debug_assert!(align.is_power_of_two());
-        if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
-            // SAFETY: thread::heap() is this thread's heap; class_of(size)
-            // is size's class.
-            return unsafe { crate::alloc::alloc_zeroed(thread::heap(), class::class_of(size), size) };
+        let need = secure::padded(size);
+        if align <= MIN_ALIGN && need <= secure::CLASS_SIZE_MAX {
+            // SAFETY: thread::heap() is this thread's heap; class_of(need)
+            // holds need.
+            return unsafe { crate::alloc::alloc_zeroed(thread::heap(), class::class_of(need), size) };
         }
         let (p, zero) = alloc_generic(size, align);
         if !p.is_null() && !zero {
@@ -232,7 +240,8 @@ mod front {
     }
 
     /// Usable size of block `p`: at least what was asked for, exactly what can
-    /// be used.
+    /// be used (`secure`: exactly what was asked for, as the bytes after it
+    /// are the block's canary).
     ///
     /// # Safety
     /// `p` must be a live block returned by this allocator.
@@ -243,6 +252,9 @@ mod front {
             if (*seg).kind == SegmentKind::Huge {
                 huge::huge_usable_size(seg, p)
             } else {
+                #[cfg(feature = "secure")]
+                return (*(*seg).page_of(p)).requested_size(p);
+                #[cfg(not(feature = "secure"))]
                 (*(*seg).page_of(p)).block_size
             }
         }
@@ -251,7 +263,8 @@ mod front {
     /// Resizes block `p` to `new_size` bytes with alignment `align` (the one it
     /// was allocated with). In place when the new size still fits the block and
     /// uses at least half of it; otherwise allocates, copies and frees. On
-    /// failure returns null and leaves `p` untouched.
+    /// failure returns null and leaves `p` untouched. (`secure`: the block is
+    /// checked first, as `free` checks it.)
     ///
     /// # Safety
     /// `p` must be null or a live block returned by this allocator with `align`.
@@ -259,6 +272,22 @@ mod front {
         if p.is_null() {
             return alloc(new_size, align);
         }
+        #[cfg(feature = "secure")]
+        // SAFETY: p is a live hakmem block.
+        return unsafe { realloc_secure(p, new_size, align) };
+        #[cfg(not(feature = "secure"))]
+        // SAFETY: p is a live hakmem block.
+        unsafe {
+            realloc_checked(p, new_size, align)
+        }
+    }
+
+    /// [`realloc`] of a live block `p`.
+    ///
+    /// # Safety
+    /// `p` must be a live block returned by this allocator with `align`.
+    #[cfg(not(feature = "secure"))]
+    unsafe fn realloc_checked(p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
         // SAFETY: p is a live hakmem block.
         let usable = unsafe { usable_size(p) };
         if new_size <= usable && new_size >= usable / 2 {
@@ -273,12 +302,53 @@ mod front {
                 return q;
             }
         }
+        // SAFETY: forwarded.
+        unsafe { realloc_by_copy(p, usable, new_size, align) }
+    }
+
+    /// [`realloc`] of a live block `p` in the `secure` build: the block's
+    /// canaries are checked (as `free` checks them: `hakmem: heap
+    /// overflow ... found by realloc()`); it is resized in place when
+    /// `new_size` and its canary byte fit and use at least half of it; huge
+    /// blocks are always copied (each sits against its guard page).
+    ///
+    /// # Safety
+    /// `p` must be a live block returned by this allocator with `align`.
+    #[cfg(feature = "secure")]
+    unsafe fn realloc_secure(p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
+        let seg = segment_of(p);
+        // SAFETY: p is a live hakmem block, so seg is its header and
+        // page_of its page.
+        unsafe {
+            if (*seg).kind == SegmentKind::Huge {
+                let old = huge::huge_check(seg, p, "realloc()");
+                return realloc_by_copy(p, old, new_size, align);
+            }
+            let page = (*seg).page_of(p);
+            let old = (*page).check_live(p, "realloc()");
+            let bs = (*page).block_size;
+            let need = secure::padded(new_size);
+            if need <= bs && need > bs / 2 {
+                (*page).set_requested_size(p, new_size);
+                return p;
+            }
+            realloc_by_copy(p, old, new_size, align)
+        }
+    }
+
+    /// Moves live block `p`, of which `used` bytes are data, into a new
+    /// block of `new_size` bytes; null (and `p` untouched) when none can be
+    /// had.
+    ///
+    /// # Safety
+    /// `p` must be a live block returned by this allocator with `align`.
+    unsafe fn realloc_by_copy(p: *mut u8, used: usize, new_size: usize, align: usize) -> *mut u8 {
         let q = alloc(new_size, align);
         if !q.is_null() {
-            // SAFETY: both blocks are live and disjoint; p has `usable` bytes
+            // SAFETY: both blocks are live and disjoint; p has `used` bytes
             // and q at least `new_size`.
             unsafe {
-                ptr::copy_nonoverlapping(p, q, usable.min(new_size));
+                ptr::copy_nonoverlapping(p, q, used.min(new_size));
                 free(p);
             }
         }

@@ -24,6 +24,7 @@ fn still_filled(p: *const u8, len: usize) -> bool {
 }
 
 #[test]
+#[cfg_attr(feature = "secure", ignore = "secure builds cache no huge mappings")]
 fn a_cached_huge_mapping_serves_smaller_and_larger_requests_with_its_pages() {
     if hakmem_core::config().purge_delay_ms <= 0 {
         return; // no huge cache without a purge delay

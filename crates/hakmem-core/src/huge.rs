@@ -43,6 +43,7 @@ fn huge_offset(align: usize) -> usize {
 const HUGE_CACHE_SLOTS: usize = 64;
 /// A cached mapping up to this many times larger than a request serves it
 /// as it is (its tail stays, resident or not); a larger one is shrunk.
+#[cfg(not(feature = "secure"))]
 const SHRINK_FACTOR: usize = 4;
 /// Bytes the huge cache may hold at most.
 const HUGE_CACHE_BYTES_MAX: usize = 256 << 20;
@@ -471,6 +472,7 @@ pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: u
 /// # Safety
 /// `segment` must be a huge segment used by the caller only (its block
 /// live and the caller's, or cached and taken off the cache).
+#[cfg(not(feature = "secure"))]
 unsafe fn resize_mapping(segment: *mut Segment, new_total: usize) -> *mut Segment {
     // SAFETY: the caller guarantees segment is ours.
     let (old_total, purged) = unsafe { ((*segment).mapping_size, (*segment).purged_units != 0) };

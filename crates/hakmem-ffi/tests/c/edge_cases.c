@@ -146,7 +146,8 @@ static void test_loaded(void) {
     free(s);
 
 #ifndef HAKMEM_LINKED
-    /* Every exported name resolves into libhakmem.so, not libc.so.6. */
+    /* Every exported name resolves into libhakmem.so (or the hardened
+     * libhakmem_secure.so), not libc.so.6. */
     static const char *const names[] = {
         "malloc", "free", "calloc", "realloc", "reallocarray", "posix_memalign",
         "aligned_alloc", "memalign", "valloc", "pvalloc", "malloc_usable_size",
@@ -160,7 +161,8 @@ static void test_loaded(void) {
         Dl_info info;
         void *sym = dlsym(RTLD_DEFAULT, names[i]);
         int ok = sym != NULL && dladdr(sym, &info) != 0 && info.dli_fname != NULL &&
-                 strstr(info.dli_fname, "libhakmem.so") != NULL;
+                 (strstr(info.dli_fname, "libhakmem.so") != NULL ||
+                  strstr(info.dli_fname, "libhakmem_secure.so") != NULL);
         checks++;
         if (!ok) {
             failures++;

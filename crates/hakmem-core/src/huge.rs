@@ -24,9 +24,9 @@ use crate::arena::{advise_thp, NO_CACHES};
 use crate::config::config;
 use crate::os;
 use crate::purge::GLOBAL_PURGE_AT;
-use crate::segment::{Segment, SegmentKind, PAGE_SIZE, SEGMENT_SIZE};
 #[cfg(feature = "secure")]
 use crate::secure;
+use crate::segment::{Segment, SegmentKind, PAGE_SIZE, SEGMENT_SIZE};
 use crate::segment_map::map_set;
 use crate::stats;
 use crate::sync::{global, Ordering, SpinLock};
@@ -354,7 +354,13 @@ pub(crate) unsafe fn huge_check(segment: *const Segment, p: *const u8, found_by:
         let tail = guard as usize - end as usize;
         if !secure::is_filled(end, tail) {
             let at = secure::first_unfilled(end, tail).unwrap_or(0);
-            secure::report(secure::Corruption::Overflow, p, Some(size), (size + at) as isize, found_by);
+            secure::report(
+                secure::Corruption::Overflow,
+                p,
+                Some(size),
+                (size + at) as isize,
+                found_by,
+            );
         }
         let head = p as usize - first as usize;
         if !secure::is_filled(first, head) {
@@ -723,7 +729,13 @@ mod tests {
     fn secure_huge_blocks_sit_between_guard_pages() {
         extern crate std;
         let page = os::page_size();
-        for (size, align) in [(1 << 20, 16), ((1 << 20) + 5, 16), (100_000, 64), (3 << 20, 1 << 20), (70_000, 8192)] {
+        for (size, align) in [
+            (1 << 20, 16),
+            ((1 << 20) + 5, 16),
+            (100_000, 64),
+            (3 << 20, 1 << 20),
+            (70_000, 8192),
+        ] {
             let (p, zero) = huge_alloc(size, align);
             assert!(!p.is_null() && zero);
             assert_eq!(p as usize % align, 0);
@@ -734,7 +746,10 @@ mod tests {
                 assert_eq!(huge_usable_size(s, p), size);
                 let guard = s as usize + (*s).mapping_size - page;
                 if align <= page {
-                    assert!(guard - (p as usize + size) < align.max(16), "{size}: the block ends at its guard");
+                    assert!(
+                        guard - (p as usize + size) < align.max(16),
+                        "{size}: the block ends at its guard"
+                    );
                     assert!(p as usize - (s as usize + PAGE_SIZE) < page);
                 } else {
                     assert!(guard - (p as usize + size) < page);

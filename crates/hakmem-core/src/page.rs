@@ -1283,9 +1283,15 @@ mod tests {
             assert_eq!(page.check_live(p, "test"), 20);
             p.write_bytes(7, 20);
             page.set_requested_size(p, 8);
-            assert!(crate::secure::is_filled(p.add(8), 40), "bytes past the new size are canary");
+            assert!(
+                crate::secure::is_filled(p.add(8), 40),
+                "bytes past the new size are canary"
+            );
             page.on_free(p);
-            assert!(crate::secure::is_filled(p.add(16), 32), "free fills what the block held");
+            assert!(
+                crate::secure::is_filled(p.add(16), 32),
+                "free fills what the block held"
+            );
         }
         free_local(&mut page, p);
         page.check_free_blocks("test");

@@ -116,7 +116,8 @@ pub(crate) struct Segment {
 
 // The header fits its unit (`secure`: before the unit's guard page, of up
 // to 16 KiB).
-const _: () = assert!(core::mem::size_of::<Segment>() <= PAGE_SIZE - if cfg!(feature = "secure") { 16 << 10 } else { 0 });
+const _: () =
+    assert!(core::mem::size_of::<Segment>() <= PAGE_SIZE - if cfg!(feature = "secure") { 16 << 10 } else { 0 });
 
 /// The segment holding block `p` (a hakmem pointer).
 #[inline(always)]

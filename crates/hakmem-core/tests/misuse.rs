@@ -180,8 +180,14 @@ mod hardening {
 
     pub fn scenario(name: &str) {
         let mut parts = name.rsplitn(3, '-');
-        let size: usize = parts.next().and_then(|s| s.parse().ok()).expect("<misuse>-<bytes>-<size>");
-        let bytes: usize = parts.next().and_then(|s| s.parse().ok()).expect("<misuse>-<bytes>-<size>");
+        let size: usize = parts
+            .next()
+            .and_then(|s| s.parse().ok())
+            .expect("<misuse>-<bytes>-<size>");
+        let bytes: usize = parts
+            .next()
+            .and_then(|s| s.parse().ok())
+            .expect("<misuse>-<bytes>-<size>");
         let misuse = parts.next().expect("<misuse>-<bytes>-<size>");
         // SAFETY: deliberately not: each scenario misuses a block; the
         // process is expected to end in the report or on a guard page.

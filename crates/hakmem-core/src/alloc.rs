@@ -221,10 +221,6 @@ unsafe fn alloc_slow(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
 /// (Not in `secure` builds, whose spans are single units: their large
 /// blocks are huge.)
 pub(crate) fn alloc_large(size: usize) -> (*mut u8, bool) {
-    debug_assert!(
-        !cfg!(feature = "secure"),
-        "secure builds place large blocks in huge mappings"
-    );
     let heap = current_or_init();
     if heap.is_null() {
         return (ptr::null_mut(), false);

@@ -972,6 +972,8 @@ mod tests {
 
     impl Span {
         fn new(len: usize) -> Self {
+            // Written only to fill the `secure` build's table.
+            #[cfg_attr(not(feature = "secure"), allow(unused_mut))]
             let mut span = Span(std::vec![0u128; (len + crate::secure::UNIT_TABLE_BYTES).div_ceil(16)]);
             #[cfg(feature = "secure")]
             // SAFETY: the table lies inside the span's memory.

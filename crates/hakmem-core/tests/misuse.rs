@@ -168,6 +168,12 @@ mod hardening {
         let src = vec![b'A'; len];
         // SAFETY: deliberately not (the misuse under test).
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), black_box(p.offset(from)), len) };
+        // Never freed: in the secure build's random carving order `src`
+        // may be the slot right before `p`, and an underflow of `p` then
+        // runs into its canary; freeing it would report that (correctly,
+        // as an overflow of `src`) before `free(p)` reports the underflow
+        // this scenario expects.
+        std::mem::forget(src);
     }
 
     /// Allocates blocks of `size` until the page the freed block went back

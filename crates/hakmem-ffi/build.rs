@@ -11,24 +11,40 @@
 //!   `libhakmem.so` and `libhakmem.a`. It is *not* linked with libstdc++:
 //!   its references to the C++ runtime are weak (see the file), so C
 //!   programs using libhakmem do not need one.
+//!
+//! `hakmem-ffi-secure` runs this script too (its `build` key): it compiles
+//! the same sources into `libhakmem_secure`, so every path here is taken
+//! from hakmem-ffi's folder, not from the package being built.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn main() {
-    println!("cargo:rerun-if-changed=src");
-    println!("cargo:rerun-if-changed=cbindgen.toml");
-    compile_new_handler();
-    generate_header();
+    let ffi_dir = ffi_dir();
+    println!("cargo:rerun-if-changed={}", ffi_dir.join("src").display());
+    println!("cargo:rerun-if-changed={}", ffi_dir.join("cbindgen.toml").display());
+    compile_new_handler(&ffi_dir);
+    generate_header(&ffi_dir);
 }
 
-fn compile_new_handler() {
+/// hakmem-ffi's folder: the package being built, or its sibling when the
+/// package is `hakmem-ffi-secure`.
+fn ffi_dir() -> PathBuf {
+    let crate_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    if crate_dir.join("src/lib.rs").is_file() {
+        crate_dir
+    } else {
+        crate_dir.join("../hakmem-ffi")
+    }
+}
+
+fn compile_new_handler(ffi_dir: &Path) {
     cc::Build::new()
         .cpp(true)
         // No `-lstdc++`: the point is not to depend on it (cc adds it to
         // C++ builds by default).
         .cpp_link_stdlib(None)
-        .file("src/new_handler.cpp")
+        .file(ffi_dir.join("src/new_handler.cpp"))
         .std("c++17")
         // Unwind tables and catch clauses: exceptions pass through and are
         // caught in this code.
@@ -43,8 +59,7 @@ fn compile_new_handler() {
         .compile("hakmem_new_handler");
 }
 
-fn generate_header() {
-    let crate_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+fn generate_header(crate_dir: &Path) {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml is valid");
     cbindgen::Builder::new()

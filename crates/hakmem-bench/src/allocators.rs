@@ -7,7 +7,9 @@
 //! In `--preload` mode each is a shared library `LD_PRELOAD`ed into the C
 //! benchmark, except `system` (glibc malloc, no preload): hakmem's, the two
 //! mimalloc builds, and Debian's mimalloc 2.0.9, jemalloc and tcmalloc, which
-//! exist only in that mode (no Rust binding in the workspace).
+//! exist only in that mode (no Rust binding in the workspace), and
+//! `hakmem-secure`, the hardened `libhakmem_secure.so` (`--preload` only,
+//! and only when asked for: `--allocators hakmem,hakmem-secure`).
 //!
 //! "mimalloc" in a goal means the faster of `mimalloc2` and `mimalloc3` on
 //! each workload (`MIMALLOC`); `--allocators mimalloc` selects both, and
@@ -20,6 +22,9 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Allocator {
     Hakmem,
+    /// `libhakmem_secure.so` (hakmem-core's `secure` build), `--preload`
+    /// only and in no default table.
+    HakmemSecure,
     System,
     /// mimalloc v2 built from `libmimalloc-sys`'s sources (`build.rs`).
     Mimalloc2,
@@ -55,11 +60,23 @@ pub const PRELOAD_DEFAULT: &[Allocator] = &[
 pub const MIMALLOC: &[Allocator] = &[Allocator::Mimalloc2, Allocator::Mimalloc3];
 
 impl Allocator {
-    pub const ALL: &'static [Allocator] = PRELOAD_DEFAULT;
+    /// Every allocator by name: the `--preload` table's, then those only
+    /// run when asked for.
+    pub const ALL: &'static [Allocator] = &[
+        Allocator::Hakmem,
+        Allocator::System,
+        Allocator::Mimalloc2,
+        Allocator::Mimalloc3,
+        Allocator::MimallocDeb,
+        Allocator::Jemalloc,
+        Allocator::Tcmalloc,
+        Allocator::HakmemSecure,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Allocator::Hakmem => "hakmem",
+            Allocator::HakmemSecure => "hakmem-secure",
             Allocator::System => "system",
             Allocator::Mimalloc2 => "mimalloc2",
             Allocator::Mimalloc3 => "mimalloc3",
@@ -91,7 +108,10 @@ impl Allocator {
     /// Whether this binary can run the allocator in-process through
     /// `GlobalAlloc` (so without `--preload`).
     pub fn runs_in_process(self) -> bool {
-        !matches!(self, Allocator::MimallocDeb | Allocator::Tcmalloc)
+        !matches!(
+            self,
+            Allocator::MimallocDeb | Allocator::Tcmalloc | Allocator::HakmemSecure
+        )
     }
 
     /// The Debian library `--preload` loads and its package, if any
@@ -102,7 +122,11 @@ impl Allocator {
             Allocator::MimallocDeb => Some(("libmimalloc.so.2", "libmimalloc2.0")),
             Allocator::Jemalloc => Some(("libjemalloc.so.2", "libjemalloc2")),
             Allocator::Tcmalloc => Some(("libtcmalloc_minimal.so.4", "libtcmalloc-minimal4")),
-            Allocator::Hakmem | Allocator::System | Allocator::Mimalloc2 | Allocator::Mimalloc3 => None,
+            Allocator::Hakmem
+            | Allocator::HakmemSecure
+            | Allocator::System
+            | Allocator::Mimalloc2
+            | Allocator::Mimalloc3 => None,
         }
     }
 
@@ -128,7 +152,9 @@ impl Allocator {
             }
             Allocator::Mimalloc3 => Ok(workloads::run(&mimalloc::MiMalloc, params)),
             Allocator::Jemalloc => Ok(workloads::run(&tikv_jemallocator::Jemalloc, params)),
-            Allocator::MimallocDeb | Allocator::Tcmalloc => Err(format!("{self} runs only with --preload")),
+            Allocator::MimallocDeb | Allocator::Tcmalloc | Allocator::HakmemSecure => {
+                Err(format!("{self} runs only with --preload"))
+            }
         }
     }
 }
@@ -158,6 +184,12 @@ mod tests {
         );
         assert_eq!(Allocator::from_name("mimalloc"), None, "a group, not one allocator");
         assert_eq!(Allocator::from_name("mimalloc-deb"), Some(Allocator::MimallocDeb));
+        assert_eq!(Allocator::from_name("hakmem-secure"), Some(Allocator::HakmemSecure));
+        assert!(
+            !PRELOAD_DEFAULT.contains(&Allocator::HakmemSecure),
+            "only when asked for"
+        );
+        assert!(PRELOAD_DEFAULT.iter().all(|a| Allocator::ALL.contains(a)));
         assert_eq!(Allocator::from_name("ptmalloc"), None);
         assert_eq!(Allocator::parse_group("mimalloc4"), None);
     }
@@ -204,7 +236,7 @@ mod tests {
             assert!(outcome.ops >= 2 * p.iters, "{a}");
             assert_eq!(outcome.errors, 0, "{a}");
         }
-        for a in [Allocator::Tcmalloc, Allocator::MimallocDeb] {
+        for a in [Allocator::Tcmalloc, Allocator::MimallocDeb, Allocator::HakmemSecure] {
             assert!(a.run(&p).unwrap_err().contains("only with --preload"));
         }
     }

@@ -116,7 +116,8 @@ pub struct Cli {
 
     /// Allocators to compare, comma-separated: hakmem, system (or glibc),
     /// mimalloc2, mimalloc3, mimalloc (both), jemalloc, and with --preload
-    /// mimalloc-deb (Debian's 2.0.9) and tcmalloc [default: all]
+    /// mimalloc-deb (Debian's 2.0.9), tcmalloc and hakmem-secure
+    /// (libhakmem_secure.so, only when named) [default: all]
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_allocators)]
     pub allocators: Vec<&'static [Allocator]>,
 

@@ -63,6 +63,7 @@ const FOOTNOTE: &str =
 fn colour(allocator: Allocator) -> &'static str {
     match allocator {
         Allocator::Hakmem => "#e15759",
+        Allocator::HakmemSecure => "#ff9d9a",
         Allocator::System => "#9d9d9d",
         Allocator::Mimalloc2 => "#59a14f",
         Allocator::Mimalloc3 => "#4e79a7",

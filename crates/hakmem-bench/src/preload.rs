@@ -40,6 +40,8 @@ const SYSTEM_LIBRARY_DIR: &str = "/usr/lib/x86_64-linux-gnu";
 
 /// hakmem's C-ABI library, as `cargo build -p hakmem-ffi` names it.
 const HAKMEM_LIBRARY: &str = "libhakmem.so";
+/// The hardened build's, beside it (`hakmem-ffi-secure`).
+const HAKMEM_SECURE_LIBRARY: &str = "libhakmem_secure.so";
 
 /// Compiles the C benchmark into the scratch folder `dir` unless a trusted
 /// build of the same source, compiler and flags is there, and returns its
@@ -98,6 +100,10 @@ pub fn library(allocator: Allocator, exe_dir: &Path, scratch: &Path) -> Result<O
         Allocator::Hakmem => (
             exe_dir.join(HAKMEM_LIBRARY),
             "run `cargo build --release -p hakmem-ffi` (with the same profile as this benchmark)".to_string(),
+        ),
+        Allocator::HakmemSecure => (
+            exe_dir.join(HAKMEM_SECURE_LIBRARY),
+            "run `cargo build --release -p hakmem-ffi-secure` (with the same profile as this benchmark)".to_string(),
         ),
         other => {
             let (name, package) = other

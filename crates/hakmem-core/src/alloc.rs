@@ -27,8 +27,10 @@ use core::ptr;
 /// path costs well under one instruction per allocation.
 pub(crate) const HEARTBEAT_ALLOCS: u32 = 1024;
 
-/// Allocates a block of `size <= SMALL_SIZE_MAX` bytes from `heap`: one
-/// table load less than `alloc` (the direct page is indexed by size).
+/// Allocates a block for a request of `size` bytes that needs `need <=
+/// SMALL_SIZE_MAX` bytes from a class (`need == size`, but for the `secure`
+/// build's canary: `secure::padded`) from `heap`: one table load less than
+/// `alloc` (the direct page is indexed by size).
 ///
 /// The budget: the C `malloc` of a small size is 17 instructions on a hit,
 /// `ret` included, no stack frame (libhakmem.so, disassembled): the size
@@ -39,44 +41,44 @@ pub(crate) const HEARTBEAT_ALLOCS: u32 = 1024;
 /// # Safety
 /// `heap` must be the calling thread's heap.
 #[inline(always)]
-pub(crate) unsafe fn alloc_small(heap: *mut Heap, size: usize) -> *mut u8 {
-    debug_assert!(size <= class::SMALL_SIZE_MAX);
-    // SAFETY: heap is this thread's heap; small_index(size) < SMALL_DIRECT_LEN;
+pub(crate) unsafe fn alloc_small(heap: *mut Heap, need: usize, size: usize) -> *mut u8 {
+    debug_assert!(need <= class::SMALL_SIZE_MAX && need >= size);
+    // SAFETY: heap is this thread's heap; small_index(need) < SMALL_DIRECT_LEN;
     // direct pages are valid (ours or the static empty page); a page with a
     // block is never the empty page, so heap is a real one when written.
     unsafe {
-        let page = *(*heap).direct_small.get_unchecked(class::small_index(size));
+        let page = *(*heap).direct_small.get_unchecked(class::small_index(need));
         let block = (*page).free;
         if !block.is_null() && heartbeat(heap) {
             (*page).free = (*page).next_of(block);
             crate::valgrind::header_access(block);
-            (*block).freed = 0;
-            (*page).on_alloc(block as *const u8);
+            (*page).on_alloc(block, size);
             (*page).used += 1;
-            (*heap).counts.count_alloc(class::class_of(size));
+            (*heap).counts.count_alloc(class::class_of(need));
             return block as *mut u8;
         }
-        alloc_small_slow(heap, size)
+        alloc_small_slow(heap, need, size)
     }
 }
 
 #[cold]
 #[inline(never)]
-unsafe fn alloc_small_slow(heap: *mut Heap, size: usize) -> *mut u8 {
+unsafe fn alloc_small_slow(heap: *mut Heap, need: usize, size: usize) -> *mut u8 {
     // SAFETY: forwarded from alloc_small.
-    unsafe { alloc_slow(heap, class::class_of(size)) }
+    unsafe { alloc_slow(heap, class::class_of(need), size) }
 }
 
-/// Allocates a block of `class` from `heap`.
+/// Allocates a block of `class` from `heap` for a request of `size` bytes.
 ///
 /// The fast path is `alloc_small`'s with the class looked up in a table
 /// first: 21 instructions for the C `malloc` of a medium size on a hit
 /// (the class by table: 3 more, and a second size test).
 ///
 /// # Safety
-/// `heap` must be the calling thread's heap.
+/// `heap` must be the calling thread's heap; `class` must hold
+/// `secure::padded(size)` bytes.
 #[inline(always)]
-pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize) -> *mut u8 {
+pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
     debug_assert!(class < CLASS_COUNT);
     // SAFETY: heap is this thread's heap; class < CLASS_COUNT (it comes from
     // the class table); direct pages are valid (a page of this heap or the
@@ -88,15 +90,14 @@ pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize) -> *mut u8 {
         if !block.is_null() && heartbeat(heap) {
             (*page).free = (*page).next_of(block);
             crate::valgrind::header_access(block);
-            (*block).freed = 0;
-            (*page).on_alloc(block as *const u8);
+            (*page).on_alloc(block, size);
             (*page).used += 1;
             (*heap).counts.count_alloc(class);
             return block as *mut u8;
         }
     }
     // SAFETY: as above.
-    unsafe { alloc_slow(heap, class) }
+    unsafe { alloc_slow(heap, class, size) }
 }
 
 /// Counts down one fast-path allocation; false when the heartbeat is due
@@ -113,7 +114,7 @@ unsafe fn heartbeat(heap: *mut Heap) -> bool {
     }
 }
 
-/// Allocates `size <= MEDIUM_SIZE_MAX` bytes of `class`, zeroed. A block
+/// Allocates `size` bytes of `class` (which holds `secure::padded(size)`), zeroed. A block
 /// carved from fresh OS memory and never handed out is known to be zero
 /// but for its link word (`Page::pop_fresh`), so only that word is cleared.
 ///
@@ -121,7 +122,7 @@ unsafe fn heartbeat(heap: *mut Heap) -> bool {
 /// `heap` must be the calling thread's heap; `class` is `size`'s class (or
 /// a larger one).
 pub(crate) unsafe fn alloc_zeroed(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
-    debug_assert!(class < CLASS_COUNT && size <= class::BLOCK_SIZE[class]);
+    debug_assert!(class < CLASS_COUNT && crate::secure::padded(size) <= class::BLOCK_SIZE[class]);
     // SAFETY: as in `alloc`: the direct page is valid; the heartbeat counts
     // calloc's hits too (a page with a block is never the empty page, so
     // heap is a real one when written).
@@ -162,7 +163,7 @@ unsafe fn zeroed_from(heap: *mut Heap, page: *mut Page, class: usize, size: usiz
     // SAFETY: the caller's guarantee.
     unsafe {
         (*heap).counts.count_alloc(class);
-        let (p, fresh) = (*page).pop_fresh();
+        let (p, fresh) = (*page).pop_fresh(size);
         let dirty = if fresh {
             size.min(core::mem::size_of::<usize>())
         } else {
@@ -199,10 +200,10 @@ fn alloc_after_exit<T>(alloc: impl FnOnce() -> T, fail: T) -> T {
 
 #[cold]
 #[inline(never)]
-unsafe fn alloc_slow(heap: *mut Heap, class: usize) -> *mut u8 {
+unsafe fn alloc_slow(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
     if heap == EXITED_HEAP.get() {
         // SAFETY: inside, thread::heap() is the heap made for this call.
-        return alloc_after_exit(|| unsafe { alloc_slow(thread::heap(), class) }, ptr::null_mut());
+        return alloc_after_exit(|| unsafe { alloc_slow(thread::heap(), class, size) }, ptr::null_mut());
     }
     // refill returns this thread's heap and a page of it with a free block.
     // SAFETY: the caller's guarantee; the page is checked for null before use.
@@ -212,14 +213,15 @@ unsafe fn alloc_slow(heap: *mut Heap, class: usize) -> *mut u8 {
             return ptr::null_mut();
         }
         (*heap).counts.count_alloc(class);
-        (*page).pop()
+        (*page).pop(size)
     }
 }
 
 /// Allocates a large block (`MEDIUM_SIZE_MAX < size <= LARGE_SIZE_MAX`, or
 /// any size up to that with alignment up to `PAGE_SIZE`) from `heap`: a
 /// span of whole pages holding one block. Returns the block and whether it
-/// is zeroed.
+/// is zeroed. (Not in `secure` builds, whose spans are single units: their
+/// large blocks are huge.)
 ///
 /// # Safety
 /// `heap` must be the calling thread's heap (possibly the empty or the
@@ -240,7 +242,7 @@ pub(crate) unsafe fn alloc_large(heap: *mut Heap, size: usize) -> (*mut u8, bool
             (ptr::null_mut(), false),
         );
     }
-    let units = (size + crate::page::GUARD_BYTES).div_ceil(PAGE_SIZE).max(1);
+    let units = size.div_ceil(PAGE_SIZE).max(1);
     // SAFETY: heap is this thread's heap.
     unsafe {
         let page = page_alloc(heap, LARGE_CLASS, units, units * PAGE_SIZE);

@@ -11,7 +11,6 @@
 use crate::config::config;
 use crate::list::{Linked, LockedList};
 use crate::os;
-use crate::page::GUARD_BYTES;
 use crate::purge::GLOBAL_PURGE_AT;
 use crate::segment::{Segment, PAGES_PER_SEGMENT, PAGE_SIZE, SEGMENT_SIZE};
 use crate::segment_map::map_set;
@@ -56,8 +55,14 @@ pub(crate) fn segment_alloc() -> *mut Segment {
     }
     advise_thp(p as *mut u8, SEGMENT_SIZE);
     if cfg!(feature = "secure") {
-        // SAFETY: the last bytes of the fresh segment; never handed out.
-        unsafe { os::protect_none((p as *mut u8).add(SEGMENT_SIZE - GUARD_BYTES), GUARD_BYTES) };
+        // A guard page at the end of every unit (the header's too): a write
+        // running off a block faults within 64 KiB (secure.rs).
+        let guard = crate::secure::guard_bytes();
+        for unit in 1..=PAGES_PER_SEGMENT {
+            // SAFETY: the last OS page of a unit of the fresh segment, never
+            // handed out (spans end before it: refill::page_alloc).
+            unsafe { os::protect_none((p as *mut u8).add(unit * PAGE_SIZE - guard), guard) };
+        }
     }
     stats::segment_mapped(1);
     stats::committed(SEGMENT_SIZE as isize);

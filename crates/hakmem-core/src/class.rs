@@ -120,9 +120,10 @@ pub fn aligned_class(size: usize, align: usize) -> Option<usize> {
 }
 
 /// Number of 64 KiB pages a page of `class` spans.
+/// (`secure`: always one, with its guard page at its end.)
 pub fn span_pages(class: usize) -> usize {
     let bs = BLOCK_SIZE[class];
-    if bs <= SINGLE_PAGE_BLOCK_MAX {
+    if bs <= SINGLE_PAGE_BLOCK_MAX || cfg!(feature = "secure") {
         1
     } else {
         (bs * MIN_BLOCKS_PER_SPAN).div_ceil(crate::segment::PAGE_SIZE)
@@ -224,6 +225,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(feature = "secure"))]
     fn spans_hold_enough_blocks() {
         for (c, &bs) in BLOCK_SIZE.iter().enumerate() {
             let blocks = span_pages(c) * crate::segment::PAGE_SIZE / bs;

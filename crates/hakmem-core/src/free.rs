@@ -23,7 +23,8 @@ use crate::thread;
 ///
 /// Fast path: segment by mask, owner check against the thread heap, page by
 /// shift, push on the page's free stack (no lock, no atomic
-/// read-modify-write). Anything else goes to `free_slow`.
+/// read-modify-write). Anything else goes to `free_slow`. (`secure`: every
+/// pointer is checked, as the C `free` checks it: [`free_checked`].)
 ///
 /// # Safety
 /// `p` must be a live block returned by this allocator (not null).
@@ -35,13 +36,19 @@ pub unsafe fn free(p: *mut u8) {
 
 /// Frees block `p` through `heap`: the fast path when `p`'s page is queued
 /// in `heap`, else `free_slow` (which also takes a block of one of the
-/// calling thread's other heaps locally).
+/// calling thread's other heaps locally). (`secure`: `p` is checked first,
+/// as the C `free` checks it: [`free_checked_in`].)
 ///
 /// # Safety
 /// `p` must be a live block returned by this allocator (not null); `heap`
 /// the calling thread's heap or one of its local heaps.
 #[inline(always)]
 pub(crate) unsafe fn free_in(heap: *mut Heap, p: *mut u8) {
+    if cfg!(feature = "secure") {
+        // SAFETY: free_checked_in accepts any pointer; the caller's
+        // guarantee for heap.
+        return unsafe { free_checked_in(heap, p) };
+    }
     crate::valgrind::on_free(p);
     let seg = segment_of(p);
     // SAFETY: p is a live hakmem block, so seg is its segment header and
@@ -65,6 +72,7 @@ unsafe fn free_owned(heap: *mut Heap, seg: *mut Segment, page: *mut Page, p: *mu
     // and the caller's own.
     unsafe {
         if arch::owned_by(page, heap) && (*block).freed != page::freed_mark(page) && !(*page).on_free_was_free(p) {
+            (*page).on_free(p);
             (*block).freed = page::freed_mark(page);
             (*heap).counts.count_free((*page).class as usize);
             (*page).push(block);
@@ -137,6 +145,17 @@ unsafe fn is_block_start(seg: *mut Segment, p: *const u8) -> bool {
 /// None beyond `free`'s contract: `p` may be any value.
 #[inline]
 pub unsafe fn free_checked(p: *mut u8) {
+    // SAFETY: thread::heap() is the caller's heap.
+    unsafe { free_checked_in(thread::heap(), p) }
+}
+
+/// [`free_checked`] through `heap` (see [`free_in`]).
+///
+/// # Safety
+/// `heap` must be the calling thread's heap or one of its local heaps; `p`
+/// may be any value.
+#[inline(always)]
+pub(crate) unsafe fn free_checked_in(heap: *mut Heap, p: *mut u8) {
     let slot = segment_map::map_slot(p);
     if !segment_map::slot_is_segment(slot) {
         return free_invalid(p);
@@ -154,7 +173,7 @@ pub unsafe fn free_checked(p: *mut u8) {
         // p starts a carved block of a live page; the freed mark (checked
         // by free_owned/free_slow) catches a double free.
         crate::valgrind::on_free(p);
-        free_owned(thread::heap(), seg, page, p)
+        free_owned(heap, seg, page, p)
     }
 }
 
@@ -234,8 +253,6 @@ unsafe fn take_over_abandoned(heap: *mut Heap, seg: *mut Segment) -> *mut Heap {
     heap
 }
 
-/// Free of a block that is huge, in a parked/large page, or owned by
-/// another thread (or by no thread).
 /// Free of a block that is huge, in a parked/large page, in a page of
 /// another of the calling thread's heaps (its thread heap or a local
 /// heap), or owned by another thread (or by no thread).
@@ -254,11 +271,18 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
             os::report_pointer("free", "double free of", p);
             return;
         }
-        (*block).freed = mark;
         if (*seg).kind == SegmentKind::Huge {
+            huge::on_free(seg, p);
+            (*block).freed = mark;
             huge::huge_free(seg, p);
             return;
         }
+        if (*page).on_free_was_free(p) {
+            os::report_pointer("free", "double free of", p);
+            return;
+        }
+        (*page).on_free(p);
+        (*block).freed = mark;
         let mut heap = thread::heap();
         if (*seg).heap.load(Ordering::Relaxed).is_null() {
             heap = take_over_abandoned(heap, seg);
@@ -283,10 +307,7 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
         // creator's heap: see `Segment::local_parent`.
         let local_parent = (*seg).local_parent.load(Ordering::Relaxed);
         if local_parent == heap {
-            return free_local(owner, seg, page, block);
-        }
-        if (*page).on_free_was_free(p) {
-            os::report_pointer("free", "double free of", p);
+            free_local(owner, seg, page, block)
         } else {
             // A block of a local heap is pushed at once, not batched: the
             // heap may be destroyed as soon as this free returns.
@@ -298,7 +319,8 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
 /// Frees `block` of `page` in `seg` into `heap`, which owns the segment
 /// and is the calling thread's (its thread heap or one of its local heaps):
 /// pushed on the page's `free`, and the page settled when it was parked or
-/// retired when it is empty. The block carries its freed mark already.
+/// retired when it is empty. The block carries its freed mark already (and
+/// `free_slow` has checked it against the page's free bitmap).
 ///
 /// # Safety
 /// As stated: `heap` owns `seg` and belongs to the calling thread; `block`
@@ -306,10 +328,6 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
 unsafe fn free_local(heap: *mut Heap, seg: *mut Segment, page: *mut Page, block: *mut Block) {
     // SAFETY: the caller's guarantee: the page's owner fields are ours.
     unsafe {
-        if (*page).on_free_was_free(block as *const u8) {
-            os::report_pointer("free", "double free of", block as *const u8);
-            return;
-        }
         (*page).push(block);
         if (*page).flags & PAGE_IN_FULL != 0 {
             settle(heap, seg, page);

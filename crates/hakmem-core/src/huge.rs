@@ -27,12 +27,18 @@
 //! become ordinary huge blocks); destroying it detaches and frees them. A
 //! listed segment is never moved by `huge_realloc` (the list would point
 //! at the old address): its `realloc` copies.
+//!
+//! The `secure` build (`secure_alloc`) serves every block too large for
+//! its single-unit spans here, placed against a guard page after it, with
+//! guard pages before it, fresh (zero) from the OS and unmapped when freed:
+//! no cache and no `mremap`.
 
 use crate::arena::{advise_thp, NO_CACHES};
 use crate::heap::Heap;
 use crate::os;
-use crate::page::GUARD_BYTES;
 use crate::purge::GLOBAL_PURGE_AT;
+#[cfg(feature = "secure")]
+use crate::secure;
 use crate::segment::{Segment, SegmentKind, PAGE_SIZE, SEGMENT_SIZE};
 use crate::segment_map::map_set;
 use crate::stats;
@@ -50,6 +56,7 @@ fn huge_offset(align: usize) -> usize {
 const HUGE_CACHE_SLOTS: usize = 64;
 /// A cached mapping up to this many times larger than a request serves it
 /// as it is (its tail stays, resident or not); a larger one is shrunk.
+#[cfg(not(feature = "secure"))]
 const SHRINK_FACTOR: usize = 4;
 
 struct HugeCache {
@@ -176,6 +183,7 @@ pub(crate) unsafe fn detach_all(heap: *mut Heap) -> *mut Segment {
     first
 }
 
+#[cfg(not(feature = "secure"))]
 /// Rounds a huge mapping size up to one of four steps per power of two, so
 /// freed mappings are reused by requests of similar size (at most 25 %
 /// virtual overhead; untouched tails cost no memory).
@@ -191,8 +199,8 @@ fn huge_mapping_size(total: usize) -> Option<usize> {
 /// Takes the cached mapping that serves a request for `mapping_size` bytes
 /// best: among those whose pages are still resident (not purged) if any,
 /// the smallest at least that large, else the largest. Null when the cache
-/// is empty. In `secure` builds only an exact size fits (a resize would
-/// move the guard page into the block).
+/// is empty. (`secure` builds cache no huge mappings.)
+#[cfg(not(feature = "secure"))]
 fn huge_cache_take(mapping_size: usize) -> *mut Segment {
     HUGE_CACHE.lock.lock();
     let mut best: Option<usize> = None;
@@ -207,7 +215,7 @@ fn huge_cache_take(mapping_size: usize) -> *mut Segment {
             ((*s).purged_units != 0, !fits, gap)
         };
         for (i, &slot) in slots.iter().enumerate() {
-            if slot.is_null() || (cfg!(feature = "secure") && (*slot).mapping_size != mapping_size) {
+            if slot.is_null() {
                 continue;
             }
             if best.is_none_or(|b| rank(slot) < rank(slots[b])) {
@@ -267,12 +275,23 @@ fn huge_cache_put(segment: *mut Segment) -> *mut Segment {
 /// block (null when the OS refuses or the size overflows) and whether it is
 /// known to be zeroed.
 pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
+    #[cfg(feature = "secure")]
+    return secure_alloc(size, align);
+    #[cfg(not(feature = "secure"))]
+    common_alloc(size, align)
+}
+
+/// `huge_alloc` of the default build: the block at the offset of its
+/// alignment, the mapping's size rounded so that freed mappings can be
+/// reused from the cache.
+#[cfg(not(feature = "secure"))]
+fn common_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     // Every block has room for its free-list link and freed mark, also a
     // zero-sized one placed at the end of a 2 MiB-aligned mapping.
     let size = size.max(crate::page::MIN_BLOCK_SIZE);
     let offset = huge_offset(align);
     let Some(total) = size
-        .checked_add(offset + GUARD_BYTES)
+        .checked_add(offset)
         .and_then(|t| t.checked_add(os::page_size() - 1))
         .map(|t| t & !(os::page_size() - 1))
         .and_then(huge_mapping_size)
@@ -336,13 +355,20 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     crate::policy::huge_mapped(total);
     crate::policy::tick(os::now_ms());
     advise_thp(segment as *mut u8, total);
-    if cfg!(feature = "secure") {
-        // SAFETY: the last bytes of the fresh mapping, past the block.
-        unsafe { os::protect_none((segment as *mut u8).add(total - GUARD_BYTES), GUARD_BYTES) };
-    }
+    // SAFETY: segment is a fresh, zeroed mapping of `total >= PAGE_SIZE` bytes.
+    unsafe { publish(segment, total, offset) };
+    ((segment as usize + offset) as *mut u8, true)
+}
+
+/// Makes the fresh mapping `segment` of `total` bytes a huge segment whose
+/// block lies `offset` bytes past its header, and enters it in the map.
+///
+/// # Safety
+/// `segment` must be a fresh, zeroed mapping of `total` bytes, the caller's.
+unsafe fn publish(segment: *mut Segment, total: usize, offset: usize) {
     stats::committed(total as isize);
     stats::huge_in_use(1);
-    // SAFETY: segment is a fresh, zeroed mapping of `total >= PAGE_SIZE` bytes.
+    // SAFETY: the caller's guarantee; the header fits the first page.
     unsafe {
         Segment::construct(segment);
         (*segment).kind = SegmentKind::Huge;
@@ -351,7 +377,139 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
         (*segment).reset_page_heads();
     }
     map_set(segment, true);
-    ((segment as usize + offset) as *mut u8, true)
+}
+
+/// `huge_alloc` of the `secure` build. The mapping is `[header unit | guard
+/// pages | the block | guard page]`:
+///
+/// * alignments up to an OS page: the block ends against the last guard
+///   page, at a multiple of 16 (a 1-byte overflow of a block whose size is
+///   a multiple of 16 faults at once), and starts in the first page after
+///   the guards before it, whose bytes in front of it are canary (`FILL`);
+/// * larger alignments: the block at the offset of its alignment (a page
+///   boundary, so the guard is right before it), the bytes between its end
+///   and the last guard page canary.
+///
+/// The guard before the block is the header unit's last page, extended to
+/// the block's first page. Every byte of a linear overflow or underflow
+/// beyond the canaries faults; the canaries are checked on `free` and
+/// `realloc` (`huge_check`). The memory is fresh from the OS: zero.
+#[cfg(feature = "secure")]
+fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
+    let page = os::page_size();
+    let round = |n: usize, to: usize| n.checked_add(to - 1).map(|n| n & !(to - 1));
+    // Room for the freed mark that `free` writes (a zero-sized block too).
+    let room = size.max(crate::page::MIN_BLOCK_SIZE);
+    let (offset, data) = if align <= page {
+        let Some(data) = round(room, page) else {
+            return (ptr::null_mut(), false);
+        };
+        let Some(placed) = round(room, align.max(crate::MIN_ALIGN)) else {
+            return (ptr::null_mut(), false);
+        };
+        (PAGE_SIZE + data - placed, data)
+    } else {
+        let Some(data) = round(room, page) else {
+            return (ptr::null_mut(), false);
+        };
+        (huge_offset(align), data)
+    };
+    let block_pages_at = (offset - PAGE_SIZE) & !(page - 1);
+    let Some(total) = (PAGE_SIZE + block_pages_at)
+        .checked_add(data)
+        .and_then(|t| t.checked_add(page))
+        .filter(|&t| t <= isize::MAX as usize)
+    else {
+        return (ptr::null_mut(), false);
+    };
+    let segment = if align > SEGMENT_SIZE {
+        os::map_aligned(total, align, SEGMENT_SIZE)
+    } else {
+        os::map_aligned(total, SEGMENT_SIZE, 0)
+    } as *mut Segment;
+    if segment.is_null() {
+        return (ptr::null_mut(), false);
+    }
+    advise_thp(segment as *mut u8, total);
+    let base = segment as *mut u8;
+    let p = (segment as usize + offset) as *mut u8;
+    // SAFETY: the ranges lie inside the fresh mapping: the guards (the
+    // header unit's last page up to the block's first page, and the last
+    // page) and the canaries around the block, which is not handed out yet.
+    unsafe {
+        os::protect_none(base.add(PAGE_SIZE - page), page + block_pages_at);
+        os::protect_none(base.add(total - page), page);
+        let first = base.add(PAGE_SIZE + block_pages_at);
+        secure::fill(first, p as usize - first as usize);
+        let end = p.add(size);
+        secure::fill(end, base.add(total - page) as usize - end as usize);
+        publish(segment, total, offset);
+        (*segment).huge_size = size;
+    }
+    (p, true)
+}
+
+/// Checks the canaries around huge block `p` of `segment` (`secure`): the
+/// bytes between the guard before it and its start, and between its end
+/// and the guard after it, hold `FILL` (else `hakmem: heap overflow` or
+/// `underflow ... found by <found_by>`). Returns the block's size.
+///
+/// # Safety
+/// `segment` must be the live huge segment of block `p`.
+#[cfg(feature = "secure")]
+pub(crate) unsafe fn huge_check(segment: *const Segment, p: *const u8, found_by: &str) -> usize {
+    let page = os::page_size();
+    // SAFETY: the caller's guarantee: the canaries lie in the mapping,
+    // outside its guard pages.
+    unsafe {
+        let size = (*segment).huge_size;
+        let first = (p as usize & !(page - 1)) as *const u8;
+        let end = p.add(size);
+        let guard = (segment as *const u8).add((*segment).mapping_size - page);
+        let tail = guard as usize - end as usize;
+        if !secure::is_filled(end, tail) {
+            let at = secure::first_unfilled(end, tail).unwrap_or(0);
+            secure::report(
+                secure::Corruption::Overflow,
+                p,
+                Some(size),
+                (size + at) as isize,
+                found_by,
+            );
+        }
+        let head = p as usize - first as usize;
+        if !secure::is_filled(first, head) {
+            secure::report(secure::Corruption::Underflow, p, Some(size), -1, found_by);
+        }
+        size
+    }
+}
+
+/// The size huge block of `segment` was asked for (`secure`; 0 otherwise).
+///
+/// # Safety
+/// `segment` must be a live huge segment.
+#[inline(always)]
+unsafe fn requested_size(_segment: *const Segment) -> usize {
+    #[cfg(feature = "secure")]
+    // SAFETY: the caller's guarantee.
+    return unsafe { (*_segment).huge_size };
+    #[cfg(not(feature = "secure"))]
+    0
+}
+
+/// What `free` does to huge block `p` before writing its freed mark
+/// (`secure`: checks its canaries; nothing otherwise).
+///
+/// # Safety
+/// `segment` must be the live huge segment of block `p`.
+#[inline]
+pub(crate) unsafe fn on_free(_segment: *const Segment, _p: *const u8) {
+    #[cfg(feature = "secure")]
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        huge_check(_segment, _p, "free()");
+    }
 }
 
 /// Purges the huge mappings in the cache that are due (all when `force`);
@@ -397,6 +555,7 @@ pub(crate) fn purge_huge_cache(now: u64, force: bool) -> u64 {
     next
 }
 
+#[cfg(not(feature = "secure"))]
 /// Resizes huge block `p` (at the common offset) to hold `new_size` bytes
 /// without copying: in place when the mapping can shrink or grow where it
 /// is, else moved page tables and all (`mremap`) to a fresh aligned range.
@@ -406,7 +565,7 @@ pub(crate) fn purge_huge_cache(now: u64, force: bool) -> u64 {
 /// # Safety
 /// `segment` must be the live huge segment of block `p`, used by the caller only.
 pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: usize) -> *mut u8 {
-    // A guard page would end up inside the block: `secure` builds copy.
+    // `secure` builds copy: their blocks sit against their guard pages.
     if cfg!(feature = "secure") || p as usize != segment as usize + PAGE_SIZE {
         return ptr::null_mut();
     }
@@ -443,6 +602,7 @@ pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: u
 /// # Safety
 /// `segment` must be a huge segment used by the caller only (its block
 /// live and the caller's, or cached and taken off the cache).
+#[cfg(not(feature = "secure"))]
 unsafe fn resize_mapping(segment: *mut Segment, new_total: usize) -> *mut Segment {
     // SAFETY: the caller guarantees segment is ours.
     let (old_total, purged) = unsafe { ((*segment).mapping_size, (*segment).purged_units != 0) };
@@ -495,7 +655,12 @@ unsafe fn resize_mapping(segment: *mut Segment, new_total: usize) -> *mut Segmen
 /// `segment` must be the huge segment holding `p`.
 pub(crate) unsafe fn huge_usable_size(segment: *const Segment, p: *const u8) -> usize {
     // SAFETY: the caller guarantees segment is a live huge segment.
-    unsafe { segment as usize + (*segment).mapping_size - GUARD_BYTES - p as usize }
+    let (mapping_size, _requested) = unsafe { ((*segment).mapping_size, requested_size(segment)) };
+    if cfg!(feature = "secure") {
+        _requested
+    } else {
+        segment as usize + mapping_size - p as usize
+    }
 }
 
 /// Frees huge block `p` of `segment`: into the huge cache when its layout
@@ -510,7 +675,10 @@ pub(crate) unsafe fn huge_free(segment: *mut Segment, p: *const u8) {
     unsafe { detach_from_local(segment) };
     stats::huge_in_use(-1);
     let delay = crate::policy::purge_delay_ms();
-    let victim = if p as usize == segment as usize + PAGE_SIZE && delay != 0 && !NO_CACHES {
+    // `secure`: never cached, so a dangling pointer faults until the range
+    // is mapped again.
+    let cacheable = p as usize == segment as usize + PAGE_SIZE && !cfg!(feature = "secure");
+    let victim = if cacheable && delay != 0 && !NO_CACHES {
         // SAFETY: the caller guarantees segment is an unused huge segment.
         unsafe {
             (*segment).dirty_units = 1;
@@ -645,10 +813,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(
-        feature = "secure",
-        ignore = "secure builds copy (the guard page would move into the block)"
-    )]
+    #[cfg(not(feature = "secure"))]
     fn huge_realloc_moves_without_copying() {
         let (p, _) = huge_alloc(3 << 20, 16);
         // SAFETY: p is a live huge block of 3 MiB; each step keeps it live.
@@ -671,18 +836,66 @@ mod tests {
 
     #[test]
     fn zero_sized_huge_blocks_have_room_for_their_links() {
-        for align in [2 << 20, 4 << 20] {
+        for align in [16, 2 << 20, 4 << 20] {
             let (p, _) = huge_alloc(0, align);
-            // SAFETY: p is a live huge block.
+            // SAFETY: p is a live huge block; its first 16 bytes are
+            // mapped (what free writes there).
             unsafe {
-                assert!(huge_usable_size(segment_of(p), p) >= 16);
+                if cfg!(feature = "secure") {
+                    assert_eq!(huge_usable_size(segment_of(p), p), 0);
+                    on_free(segment_of(p), p);
+                } else {
+                    assert!(huge_usable_size(segment_of(p), p) >= 16);
+                }
                 *p.add(15) = 1;
                 huge_free(segment_of(p), p);
             }
         }
     }
 
+    /// `secure`: the block ends against the guard page (sizes that are
+    /// multiples of 16), its canaries hold `FILL`, and the guard pages
+    /// before and after it are inaccessible.
     #[test]
+    #[cfg(feature = "secure")]
+    fn secure_huge_blocks_sit_between_guard_pages() {
+        extern crate std;
+        let page = os::page_size();
+        for (size, align) in [
+            (1 << 20, 16),
+            ((1 << 20) + 5, 16),
+            (100_000, 64),
+            (3 << 20, 1 << 20),
+            (70_000, 8192),
+        ] {
+            let (p, zero) = huge_alloc(size, align);
+            assert!(!p.is_null() && zero);
+            assert_eq!(p as usize % align, 0);
+            let s = segment_of(p);
+            // SAFETY: s is p's live huge segment; only its mapped, accessible
+            // bytes are read.
+            unsafe {
+                assert_eq!(huge_usable_size(s, p), size);
+                let guard = s as usize + (*s).mapping_size - page;
+                if align <= page {
+                    assert!(
+                        guard - (p as usize + size) < align.max(16),
+                        "{size}: the block ends at its guard"
+                    );
+                    assert!(p as usize - (s as usize + PAGE_SIZE) < page);
+                } else {
+                    assert!(guard - (p as usize + size) < page);
+                    assert_eq!(p as usize % page, 0);
+                }
+                assert_eq!(huge_check(s, p, "test"), size);
+                assert_eq!(*p.add(size - 1), 0, "fresh memory");
+                huge_free(s, p);
+            }
+        }
+    }
+
+    #[test]
+    #[cfg(not(feature = "secure"))]
     fn huge_mapping_sizes_have_four_steps_per_doubling() {
         assert_eq!(huge_mapping_size(1), Some(SEGMENT_SIZE));
         assert_eq!(

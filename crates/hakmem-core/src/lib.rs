@@ -49,12 +49,21 @@ mod policy;
 mod purge;
 mod refill;
 mod remote;
+mod secure;
 mod segment;
 mod segment_map;
 mod stats;
 mod sync;
 mod thread;
 mod valgrind;
+
+// The hardened build and the valgrind client requests do not go together:
+// `secure` fills free blocks, keeps a canary after each and checks both
+// (reads and writes memcheck would report as use of a freed or an
+// out-of-bounds byte), and never caches huge mappings; valgrind's own
+// checks cover what `secure` catches. docs/CONFIG.md says so.
+#[cfg(all(feature = "secure", feature = "valgrind"))]
+compile_error!("the `secure` and `valgrind` features are mutually exclusive");
 
 #[cfg(all(test, hakmem_loom))]
 mod loom_models;
@@ -68,7 +77,7 @@ pub use front::*;
 
 #[cfg(not(hakmem_loom))]
 mod front {
-    use crate::{class, huge, os, purge, segment_map, thread, valgrind};
+    use crate::{class, huge, os, purge, secure, segment_map, thread, valgrind};
     use core::alloc::{GlobalAlloc, Layout};
     use core::ptr;
 
@@ -163,15 +172,18 @@ mod front {
     ///
     /// Fast path (size and alignment routed by one compare each): the thread
     /// heap from TLS (2 instructions), the class by table, then `alloc::alloc`.
+    /// The `secure` build routes by the size with its canary byte
+    /// (`secure::padded`; the same size otherwise).
     #[inline(always)]
     fn alloc_aligned(size: usize, align: usize) -> *mut u8 {
         debug_assert!(align.is_power_of_two());
-        let p = if align <= MIN_ALIGN && size <= SMALL_SIZE_MAX {
+        let need = secure::padded(size);
+        let p = if align <= MIN_ALIGN && need <= SMALL_SIZE_MAX {
             // SAFETY: thread::heap() is this thread's heap.
-            unsafe { crate::alloc::alloc_small(thread::heap(), size) }
-        } else if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
-            // SAFETY: thread::heap() is this thread's heap.
-            unsafe { crate::alloc::alloc(thread::heap(), class::class_of(size)) }
+            unsafe { crate::alloc::alloc_small(thread::heap(), need, size) }
+        } else if align <= MIN_ALIGN && need <= secure::CLASS_SIZE_MAX {
+            // SAFETY: thread::heap() is this thread's heap; the class holds need.
+            unsafe { crate::alloc::alloc(thread::heap(), class::class_of(need), size) }
         } else {
             alloc_other(size, align)
         };
@@ -211,12 +223,22 @@ mod front {
     #[inline]
     pub(crate) unsafe fn alloc_generic(heap: *mut Heap, size: usize, align: usize) -> (*mut u8, bool) {
         debug_assert!(align.is_power_of_two());
-        debug_assert!(align > MIN_ALIGN || size > MEDIUM_SIZE_MAX);
-        // SAFETY: the caller's guarantee.
+        let need = secure::padded(size);
+        debug_assert!(align > MIN_ALIGN || need > secure::CLASS_SIZE_MAX);
+        // SAFETY: the caller's guarantee for heap; a class is used only when
+        // its blocks hold need.
         let (p, zero) = unsafe {
-            match class::aligned_class(size, align) {
-                Some(c) if align > MIN_ALIGN && align <= PAGE_SIZE => (crate::alloc::alloc(heap, c), false),
-                _ if size <= LARGE_SIZE_MAX && align <= PAGE_SIZE => crate::alloc::alloc_large(heap, size),
+            match class::aligned_class(need, align) {
+                Some(c)
+                    if align > MIN_ALIGN
+                        && align <= secure::CLASS_ALIGN_MAX
+                        && class::BLOCK_SIZE[c] <= secure::CLASS_SIZE_MAX =>
+                {
+                    (crate::alloc::alloc(heap, c, size), false)
+                }
+                _ if !cfg!(feature = "secure") && size <= LARGE_SIZE_MAX && align <= PAGE_SIZE => {
+                    crate::alloc::alloc_large(heap, size)
+                }
                 _ => alloc_huge(heap, size, align),
             }
         };
@@ -276,9 +298,10 @@ mod front {
             }
             return p;
         }
-        if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
-            // SAFETY: the caller's guarantee; class_of(size) is size's class.
-            return unsafe { crate::alloc::alloc_zeroed(heap, class::class_of(size), size) };
+        let need = secure::padded(size);
+        if align <= MIN_ALIGN && need <= secure::CLASS_SIZE_MAX {
+            // SAFETY: the caller's guarantee; class_of(need) holds need.
+            return unsafe { crate::alloc::alloc_zeroed(heap, class::class_of(need), size) };
         }
         // SAFETY: the caller's guarantee.
         let (p, zero) = unsafe { alloc_generic(heap, size, align) };
@@ -297,7 +320,8 @@ mod front {
     }
 
     /// Usable size of block `p`: at least what was asked for, exactly what can
-    /// be used.
+    /// be used (`secure`: exactly what was asked for, as the bytes after it
+    /// are the block's canary).
     ///
     /// # Safety
     /// `p` must be a live block returned by this allocator.
@@ -308,6 +332,9 @@ mod front {
             if (*seg).kind == SegmentKind::Huge {
                 huge::huge_usable_size(seg, p)
             } else {
+                #[cfg(feature = "secure")]
+                return (*(*seg).page_of(p)).requested_size(p);
+                #[cfg(not(feature = "secure"))]
                 (*(*seg).page_of(p)).block_size
             }
         }
@@ -316,7 +343,8 @@ mod front {
     /// Resizes block `p` to `new_size` bytes with alignment `align` (the one it
     /// was allocated with). In place when the new size still fits the block and
     /// uses at least half of it; otherwise allocates, copies and frees. On
-    /// failure returns null and leaves `p` untouched.
+    /// failure returns null and leaves `p` untouched. (`secure`: the block is
+    /// checked first, as `free` checks it.)
     ///
     /// # Safety
     /// `p` must be null or a live block returned by this allocator with `align`.
@@ -332,21 +360,45 @@ mod front {
     /// # Safety
     /// As for [`realloc`] and [`alloc_generic`].
     pub(crate) unsafe fn realloc_in(heap: *mut Heap, p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
-        let alloc = |size| {
-            if align.is_power_of_two() {
-                // SAFETY: the caller's guarantee for heap.
-                unsafe { alloc_in(heap, size, align) }
-            } else {
-                invalid_alignment()
-            }
-        };
         if p.is_null() {
-            return alloc(new_size);
+            // SAFETY: the caller's guarantee for heap.
+            return unsafe { alloc_in_checked(heap, new_size, align) };
         }
         if valgrind::ENABLED {
             // SAFETY: the caller's guarantee.
             return unsafe { realloc_tracked(heap, p, None, new_size, align) };
         }
+        #[cfg(feature = "secure")]
+        // SAFETY: the caller's guarantee: p is a live hakmem block.
+        return unsafe { realloc_secure(heap, p, new_size, align) };
+        #[cfg(not(feature = "secure"))]
+        // SAFETY: the caller's guarantee: p is a live hakmem block.
+        unsafe {
+            realloc_checked(heap, p, new_size, align)
+        }
+    }
+
+    /// [`alloc_in`] for any `align`: null and `EINVAL` when it is not a
+    /// power of two.
+    ///
+    /// # Safety
+    /// As for [`alloc_generic`].
+    unsafe fn alloc_in_checked(heap: *mut Heap, size: usize, align: usize) -> *mut u8 {
+        if align.is_power_of_two() {
+            // SAFETY: the caller's guarantee.
+            unsafe { alloc_in(heap, size, align) }
+        } else {
+            invalid_alignment()
+        }
+    }
+
+    /// [`realloc_in`] of a live block `p`.
+    ///
+    /// # Safety
+    /// `p` must be a live block returned by this allocator with `align`;
+    /// `heap` as for [`alloc_generic`].
+    #[cfg(not(feature = "secure"))]
+    unsafe fn realloc_checked(heap: *mut Heap, p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
         // SAFETY: p is a live hakmem block.
         let usable = unsafe { usable_size(p) };
         if new_size <= usable && new_size >= usable / 2 {
@@ -361,12 +413,56 @@ mod front {
                 return q;
             }
         }
-        let q = alloc(new_size);
+        // SAFETY: forwarded.
+        unsafe { realloc_by_copy(heap, p, usable, new_size, align) }
+    }
+
+    /// [`realloc_in`] of a live block `p` in the `secure` build: the block's
+    /// canaries are checked (as `free` checks them: `hakmem: heap
+    /// overflow ... found by realloc()`); it is resized in place when
+    /// `new_size` and its canary byte fit and use at least half of it; huge
+    /// blocks are always copied (each sits against its guard page).
+    ///
+    /// # Safety
+    /// `p` must be a live block returned by this allocator with `align`;
+    /// `heap` as for [`alloc_generic`].
+    #[cfg(feature = "secure")]
+    unsafe fn realloc_secure(heap: *mut Heap, p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
+        let seg = segment_of(p);
+        // SAFETY: p is a live hakmem block, so seg is its header and
+        // page_of its page.
+        unsafe {
+            if (*seg).kind == SegmentKind::Huge {
+                let old = huge::huge_check(seg, p, "realloc()");
+                return realloc_by_copy(heap, p, old, new_size, align);
+            }
+            let page = (*seg).page_of(p);
+            let old = (*page).check_live(p, "realloc()");
+            let bs = (*page).block_size;
+            let need = secure::padded(new_size);
+            if need <= bs && need > bs / 2 {
+                (*page).set_requested_size(p, new_size);
+                return p;
+            }
+            realloc_by_copy(heap, p, old, new_size, align)
+        }
+    }
+
+    /// Moves live block `p`, of which `used` bytes are data, into a new
+    /// block of `new_size` bytes from `heap` (`p` is freed through it);
+    /// null (and `p` untouched) when none can be had.
+    ///
+    /// # Safety
+    /// `p` must be a live block returned by this allocator with `align`;
+    /// `heap` as for [`alloc_generic`].
+    unsafe fn realloc_by_copy(heap: *mut Heap, p: *mut u8, used: usize, new_size: usize, align: usize) -> *mut u8 {
+        // SAFETY: the caller's guarantee for heap.
+        let q = unsafe { alloc_in_checked(heap, new_size, align) };
         if !q.is_null() {
-            // SAFETY: both blocks are live and disjoint; p has `usable` bytes
+            // SAFETY: both blocks are live and disjoint; p has `used` bytes
             // and q at least `new_size`.
             unsafe {
-                ptr::copy_nonoverlapping(p, q, usable.min(new_size));
+                ptr::copy_nonoverlapping(p, q, used.min(new_size));
                 crate::free::free_in(heap, p);
             }
         }
@@ -374,19 +470,21 @@ mod front {
     }
 
     /// [`alloc`] from `heap`, for an `align` known to be a power of two:
-    /// the same routing as the thread heap's, with `heap`'s address.
+    /// the same routing as the thread heap's, with `heap`'s address (and,
+    /// `secure`, by the size with its canary byte).
     ///
     /// # Safety
     /// As for [`alloc_generic`].
     #[inline(always)]
     pub(crate) unsafe fn alloc_in(heap: *mut Heap, size: usize, align: usize) -> *mut u8 {
         debug_assert!(align.is_power_of_two());
-        // SAFETY: the caller's guarantee.
+        let need = secure::padded(size);
+        // SAFETY: the caller's guarantee; the class holds need.
         let p = unsafe {
-            if align <= MIN_ALIGN && size <= SMALL_SIZE_MAX {
-                crate::alloc::alloc_small(heap, size)
-            } else if align <= MIN_ALIGN && size <= MEDIUM_SIZE_MAX {
-                crate::alloc::alloc(heap, class::class_of(size))
+            if align <= MIN_ALIGN && need <= SMALL_SIZE_MAX {
+                crate::alloc::alloc_small(heap, need, size)
+            } else if align <= MIN_ALIGN && need <= secure::CLASS_SIZE_MAX {
+                crate::alloc::alloc(heap, class::class_of(need), size)
             } else {
                 alloc_generic(heap, size, align).0
             }

@@ -40,7 +40,7 @@ fn drain_distinct(page: *mut Page) -> usize {
     unsafe {
         (*page).collect_remote();
         while !(*page).free.is_null() {
-            let b = (*page).pop() as usize;
+            let b = (*page).pop(1) as usize;
             assert!(!seen.contains(&b), "block {b:#x} returned twice");
             seen.push(b);
         }
@@ -66,7 +66,7 @@ fn remote_frees_are_collected_exactly_once() {
     loom::model(|| {
         let page = SendPtr(carved_page(4));
         // SAFETY: the owner allocates all four blocks before sharing.
-        let blocks: Vec<usize> = unsafe { (0..4).map(|_| (*page.0).pop() as usize).collect() };
+        let blocks: Vec<usize> = unsafe { (0..4).map(|_| (*page.0).pop(1) as usize).collect() };
         let (b0, b1, b2) = (
             blocks[0] as *mut Block,
             blocks[1] as *mut Block,
@@ -114,7 +114,7 @@ fn parked_page_notifies_on_first_remote_free() {
         let page = SendPtr(carved_page(2));
         // SAFETY: the owner allocates both blocks and parks the page.
         let blocks: Vec<usize> = unsafe {
-            let b = (0..2).map(|_| (*page.0).pop() as usize).collect();
+            let b = (0..2).map(|_| (*page.0).pop(1) as usize).collect();
             (*page.0).flags = PAGE_IN_FULL;
             assert!((*page.0).try_set_full_notify());
             b
@@ -312,7 +312,7 @@ fn local_heap_block_freed_while_the_heap_is_deleted(large: bool, exit: bool) {
             if large {
                 crate::alloc::alloc_large(local, 100_000).0
             } else {
-                crate::alloc::alloc_small(local, 64)
+                crate::alloc::alloc_small(local, 64, 64)
             }
         };
         assert!(!p.is_null());
@@ -411,13 +411,13 @@ fn local_heap_creator_free_racing_a_remote_free_of_the_same_page() {
         // SAFETY: local is this thread's live local heap; the page is
         // the local heap's, handled as its owner does.
         let (a, b, page) = unsafe {
-            let a = crate::alloc::alloc_small(local, 1024);
-            let b = crate::alloc::alloc_small(local, 1024);
+            let a = crate::alloc::alloc_small(local, 1024, 1024);
+            let b = crate::alloc::alloc_small(local, 1024, 1024);
             let seg = segment::segment_of(a);
             let page = (*seg).page_of(a);
             assert_eq!(page, (*seg).page_of(b));
             while !(*page).free.is_null() || (*page).extend() {
-                (*page).pop();
+                (*page).pop(1024);
             }
             crate::page_queue::queue_remove(local, page);
             crate::page_queue::settle(local, seg, page);

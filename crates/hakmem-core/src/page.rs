@@ -92,6 +92,8 @@
 //! span was fresh OS memory (`zero_init`) such a block is all zero except
 //! its link word; `pop_fresh` tells `calloc` so.
 
+#[cfg(feature = "secure")]
+use crate::secure;
 use crate::sync::{fence, AtomicU64, AtomicUsize, Ordering};
 use core::ptr;
 
@@ -144,10 +146,6 @@ pub(crate) const PAGE_IN_FULL: u8 = 1;
 /// drawn from `getrandom` once at start-up.
 #[cfg(feature = "secure")]
 pub(crate) static SECRET: crate::sync::plain::AtomicUsize = crate::sync::plain::AtomicUsize::new(0x2545_f491_4f6c_dd1d);
-
-/// Bytes at the end of every segment and huge mapping made inaccessible in
-/// `secure` builds (a guard page between neighbours).
-pub(crate) const GUARD_BYTES: usize = if cfg!(feature = "secure") { 4096 } else { 0 };
 
 /// Blocks per page tracked by the `secure` free bitmap (64 KiB / 16 B).
 #[cfg(feature = "secure")]
@@ -243,6 +241,14 @@ pub(crate) struct Page {
     /// `secure`: one bit per block, set while the block is free.
     #[cfg(feature = "secure")]
     free_map: [AtomicU64; MAP_WORDS],
+    /// `secure`: blocks the owner freed, handed out again only once `free`
+    /// has run dry, and then in shuffled order (`collect_local`): a
+    /// dangling pointer rarely meets a live block, and never predictably.
+    #[cfg(feature = "secure")]
+    local_free: *mut Block,
+    /// `secure`: the page's random state (carving order, shuffles).
+    #[cfg(feature = "secure")]
+    rng: usize,
 }
 
 impl Page {
@@ -284,6 +290,10 @@ impl Page {
             key: 0,
             #[cfg(feature = "secure")]
             free_map: [const { AtomicU64::new(0) }; MAP_WORDS],
+            #[cfg(feature = "secure")]
+            local_free: ptr::null_mut(),
+            #[cfg(feature = "secure")]
+            rng: 0,
         }
     }
 
@@ -324,6 +334,8 @@ impl Page {
             for w in self.free_map.iter() {
                 w.store(0, Ordering::Relaxed);
             }
+            self.local_free = ptr::null_mut();
+            self.rng = self.key ^ crate::os::now_ms() as usize;
         }
     }
 
@@ -337,40 +349,69 @@ impl Page {
     }
 
     /// The link stored in `block`, decoded (`secure`: and checked to point at
-    /// a block of this page, so a corrupted free list is reported instead of
-    /// handing out foreign memory).
+    /// a block of this page, so a link overwritten after free is reported
+    /// instead of handing out foreign memory).
     #[inline(always)]
     pub(crate) fn next_of(&self, block: *mut Block) -> *mut Block {
-        crate::valgrind::header_access(block);
-        // SAFETY: block is a free block of this page (callers walk its lists).
-        let raw = unsafe { (*block).next };
-        crate::valgrind::header_done(block);
         #[cfg(feature = "secure")]
+        return self.next_checked(block, "malloc()");
+        #[cfg(not(feature = "secure"))]
         {
-            let next = (raw as usize ^ self.key) as *mut Block;
-            if !next.is_null() && !self.is_block_start(next as *const u8) {
-                crate::os::fatal_pointer(
-                    "malloc",
-                    "free list corrupted (write after free?) at block",
-                    block as *const u8,
-                );
-            }
+            crate::valgrind::header_access(block);
+            // SAFETY: block is a free block of this page (callers walk its lists).
+            let next = unsafe { (*block).next };
+            crate::valgrind::header_done(block);
             next
         }
-        #[cfg(not(feature = "secure"))]
-        raw
     }
 
-    /// `secure`: notes that `block` was handed out.
+    /// `next_of`, naming `found_by` in the report of a bad link.
+    #[cfg(feature = "secure")]
     #[inline(always)]
-    pub(crate) fn on_alloc(&self, _block: *const u8) {
+    fn next_checked(&self, block: *mut Block, found_by: &str) -> *mut Block {
+        // SAFETY: block is a free block of this page (callers walk its lists).
+        let raw = unsafe { (*block).next };
+        let next = (raw as usize ^ self.key) as *mut Block;
+        if !next.is_null() && !self.is_block_start(next as *const u8) {
+            self.report_write_after_free(block as *const u8, found_by);
+        }
+        next
+    }
+
+    /// Hands `block`, just taken off `free`, to a caller who asked for
+    /// `size` bytes: clears its freed mark. `secure`: first checks that
+    /// nothing wrote to it while it was free (the mark, and `FILL` in
+    /// `[16, block_size)`; else `hakmem: write after free`), then writes
+    /// `FILL` over its link and mark (so the block reads as `FILL` up to its
+    /// end), notes `size` in the unit's table and clears the block's bit in
+    /// the free bitmap.
+    #[inline(always)]
+    pub(crate) fn on_alloc(&self, block: *mut Block, _size: usize) {
+        #[cfg(not(feature = "secure"))]
+        {
+            // SAFETY: block is a free block of this page, now handed out.
+            unsafe { (*block).freed = 0 };
+        }
         #[cfg(feature = "secure")]
         {
-            let (word, bit) = self.map_slot(_block);
+            let p = block as *mut u8;
+            let index = self.block_index(p) as usize;
+            // SAFETY: block is a free block of this page (at least 32
+            // bytes), now the caller's; its size slot is in the unit's table.
+            unsafe {
+                if (*block).freed != freed_mark(self) || !secure::is_filled(p.add(16), self.block_size - 16) {
+                    self.report_write_after_free(p, "malloc()");
+                }
+                secure::fill_header(p);
+                // Relaxed: the block's holder alone writes its slot; a
+                // thread that frees it later got it through whatever
+                // synchronisation handed the block over.
+                self.size_slot(index).store(_size as u16, Ordering::Relaxed);
+            }
             // Relaxed: a bit per block, each flipped by the one thread that
             // holds the block at that moment (its owner when handing it
             // out, its freer when freeing): the RMWs never lose another's.
-            self.free_map[word].fetch_and(!bit, Ordering::Relaxed);
+            self.free_map[(index / 64) % MAP_WORDS].fetch_and(!(1u64 << (index % 64)), Ordering::Relaxed);
         }
     }
 
@@ -393,6 +434,220 @@ impl Page {
     fn map_slot(&self, block: *const u8) -> (usize, u64) {
         let index = self.block_index(block) as usize;
         ((index / 64) % MAP_WORDS, 1u64 << (index % 64))
+    }
+
+    /// Checks live block `p`, about to be freed, for a heap overflow or
+    /// underflow, then fills what it held with `FILL` (`secure`; nothing
+    /// otherwise). The caller has ruled out a double free and writes the
+    /// block's link and freed mark afterwards.
+    #[inline(always)]
+    pub(crate) fn on_free(&self, _p: *mut u8) {
+        #[cfg(feature = "secure")]
+        {
+            let size = self.check_live(_p, "free()");
+            if size > MIN_BLOCK_SIZE {
+                // SAFETY: the block's first `size` bytes are the freeing
+                // caller's; its first 16 receive the link and the mark.
+                unsafe { secure::fill(_p.add(MIN_BLOCK_SIZE), size - MIN_BLOCK_SIZE) };
+            }
+        }
+    }
+
+    /// `secure`: checks live block `p` of this page — its canary (`[size,
+    /// block_size)` all `FILL`, else `hakmem: heap overflow`) and the byte
+    /// before it (the previous slot's last byte, or the table's, always
+    /// `FILL`; else `hakmem: heap underflow`) — and returns the size it
+    /// was asked for. `found_by` names the caller in a report.
+    #[cfg(feature = "secure")]
+    pub(crate) fn check_live(&self, p: *const u8, found_by: &str) -> usize {
+        let size = self.requested_size(p);
+        let bs = self.block_size;
+        // SAFETY: p is a live block of this page: its slot and the byte
+        // before it (the previous slot's, or the unit table's) are mapped.
+        unsafe {
+            if size >= bs || !secure::is_filled(p.add(size), bs - size) {
+                self.report_overflow(p, size, found_by);
+            }
+            if *p.sub(1) != secure::FILL {
+                secure::report(secure::Corruption::Underflow, p, Some(size), -1, found_by);
+            }
+        }
+        size
+    }
+
+    #[cfg(feature = "secure")]
+    #[cold]
+    #[inline(never)]
+    fn report_overflow(&self, p: *const u8, size: usize, found_by: &str) -> ! {
+        let bs = self.block_size;
+        // SAFETY: p is a live block of this page (see `check_live`).
+        let offset = match unsafe { secure::first_unfilled(p.add(size.min(bs)), bs - size.min(bs)) } {
+            Some(i) => size + i,
+            None => bs,
+        };
+        secure::report(secure::Corruption::Overflow, p, Some(size), offset as isize, found_by)
+    }
+
+    /// `secure`: reports free block `p` as written after its free: the
+    /// first byte that differs from what a free block holds (its link is
+    /// checked by the caller).
+    #[cfg(feature = "secure")]
+    #[cold]
+    #[inline(never)]
+    fn report_write_after_free(&self, p: *const u8, found_by: &str) -> ! {
+        let bs = self.block_size;
+        let mark = freed_mark(self).to_ne_bytes();
+        // SAFETY: p is a block of this page: its bs bytes are mapped.
+        let offset = unsafe {
+            match (0..8).find(|&i| *p.add(8 + i) != mark[i]) {
+                Some(i) => 8 + i,
+                None => secure::first_unfilled(p.add(16), bs - 16).map_or(0, |i| 16 + i),
+            }
+        };
+        let size = self.requested_size(p);
+        let size = (size < bs).then_some(size);
+        secure::report(secure::Corruption::WriteAfterFree, p, size, offset as isize, found_by)
+    }
+
+    /// `secure`: the slot of block `index` in the table of requested sizes
+    /// at the start of the page's unit.
+    #[cfg(feature = "secure")]
+    #[inline(always)]
+    fn size_slot(&self, index: usize) -> &crate::sync::plain::AtomicU16 {
+        debug_assert!(index * 2 < secure::UNIT_TABLE_BYTES);
+        // SAFETY: the table lies in front of the blocks (secure.rs), mapped
+        // as long as the page is in use, and holds a slot per block.
+        unsafe { &*(self.start.sub(secure::UNIT_TABLE_BYTES) as *const crate::sync::plain::AtomicU16).add(index) }
+    }
+
+    /// `secure`: the size live block `p` of this page was asked for (for a
+    /// free block: when it was last handed out).
+    #[cfg(feature = "secure")]
+    pub(crate) fn requested_size(&self, p: *const u8) -> usize {
+        // Relaxed: see `on_alloc`.
+        self.size_slot(self.block_index(p) as usize).load(Ordering::Relaxed) as usize
+    }
+
+    /// `secure`: gives live block `p` of this page the requested size
+    /// `size` (`realloc` in place; `padded(size) <= block_size`): bytes it
+    /// no longer covers become canary again.
+    #[cfg(feature = "secure")]
+    pub(crate) fn set_requested_size(&self, p: *mut u8, size: usize) {
+        debug_assert!(secure::padded(size) <= self.block_size);
+        let old = self.requested_size(p);
+        if size < old {
+            // SAFETY: p is the caller's live block; [size, old) was its data.
+            unsafe { secure::fill(p.add(size), old - size) };
+        }
+        // Relaxed: see `on_alloc`.
+        self.size_slot(self.block_index(p) as usize)
+            .store(size as u16, Ordering::Relaxed);
+    }
+
+    /// `secure`: checks that every block on the page's free lists holds
+    /// what a free block holds (`hakmem: write after free` otherwise).
+    /// Called when the page's span is released (all its blocks are free
+    /// then) and at exit, so a write after free is found even when the
+    /// block is never handed out again.
+    #[cfg(feature = "secure")]
+    pub(crate) fn check_free_blocks(&self, found_by: &str) {
+        let bs = self.block_size;
+        let mut budget = self.capacity;
+        for list in [self.free, self.local_free] {
+            let mut b = list;
+            while !b.is_null() && budget > 0 {
+                let p = b as *const u8;
+                // SAFETY: b is a free block of this page (its lists hold
+                // only block starts: next_checked checks every link).
+                unsafe {
+                    if (*b).freed != freed_mark(self) || !secure::is_filled(p.add(16), bs - 16) {
+                        self.report_write_after_free(p, found_by);
+                    }
+                }
+                b = self.next_checked(b, found_by);
+                budget -= 1;
+            }
+        }
+    }
+
+    /// A random word from the page's state (`secure`; xorshift).
+    #[cfg(feature = "secure")]
+    fn next_random(&mut self) -> usize {
+        let mut x = self.rng | 1;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x
+    }
+
+    /// Whether blocks the owner freed wait on `local_free` (`secure`;
+    /// always false otherwise: the owner frees onto `free`).
+    #[inline(always)]
+    pub(crate) fn has_local_free(&self) -> bool {
+        #[cfg(feature = "secure")]
+        return !self.local_free.is_null();
+        #[cfg(not(feature = "secure"))]
+        false
+    }
+
+    /// Moves the blocks the owner freed onto `free`, which must be empty
+    /// (`secure`; nothing otherwise). Dealt into two stacks by random bits,
+    /// one then put on the other: blocks come back neither in the order they
+    /// were freed nor in its reverse, and the block freed last is handed
+    /// out last of its stack. O(1) per block, on the slow path.
+    #[inline]
+    pub(crate) fn collect_local(&mut self) {
+        #[cfg(feature = "secure")]
+        {
+            debug_assert!(self.free.is_null());
+            let mut list = self.local_free;
+            self.local_free = ptr::null_mut();
+            let (mut a, mut a_tail, mut b) = (ptr::null_mut::<Block>(), ptr::null_mut::<Block>(), ptr::null_mut());
+            let (mut bits, mut left) = (0usize, 0u32);
+            while !list.is_null() {
+                let next = self.next_of(list);
+                if left == 0 {
+                    bits = self.next_random();
+                    left = usize::BITS;
+                }
+                // SAFETY: list is a free block of this page, the owner's.
+                unsafe {
+                    if bits & 1 == 0 {
+                        if a.is_null() {
+                            a_tail = list;
+                        }
+                        (*list).next = self.encode(a);
+                        a = list;
+                    } else {
+                        (*list).next = self.encode(b);
+                        b = list;
+                    }
+                }
+                bits >>= 1;
+                left -= 1;
+                list = next;
+            }
+            if a.is_null() {
+                self.free = b;
+            } else {
+                // SAFETY: a_tail is the last block of stack a.
+                unsafe { (*a_tail).next = self.encode(b) };
+                self.free = a;
+            }
+        }
+    }
+
+    /// Forgets the page's free lists: its span is being released and every
+    /// carved block is free (`secure`: checked first, see
+    /// `check_free_blocks`).
+    pub(crate) fn release_blocks(&mut self) {
+        #[cfg(feature = "secure")]
+        {
+            self.check_free_blocks("the release of its page");
+            self.local_free = ptr::null_mut();
+        }
+        self.free = ptr::null_mut();
     }
 
     /// Carves the next few blocks into `free` (which must be empty).
@@ -427,6 +682,15 @@ impl Page {
         unsafe {
             crate::valgrind::undefined(self.start.add(base * bs), n * bs);
             let block = |i: u16| self.start.add((base + i as usize) * bs) as *mut Block;
+            // `secure`: the new blocks read as `FILL` and carry the freed
+            // mark, as every free block does.
+            #[cfg(feature = "secure")]
+            {
+                secure::fill(block(0) as *mut u8, n * bs);
+                for i in 0..n {
+                    (*block(i as u16)).freed = freed_mark(self);
+                }
+            }
             for w in order[..n].windows(2) {
                 (*block(w[0])).next = self.encode(block(w[1]));
                 self.on_free_was_free(block(w[0]) as *const u8);
@@ -441,42 +705,52 @@ impl Page {
         true
     }
 
-    /// Pops a block from `free`; `free` must be non-empty.
+    /// Pops a block from `free` (which must be non-empty) for a caller who
+    /// asked for `size` bytes.
     #[inline(always)]
-    pub(crate) fn pop(&mut self) -> *mut u8 {
+    pub(crate) fn pop(&mut self, size: usize) -> *mut u8 {
         let b = self.free;
         debug_assert!(!b.is_null());
         self.free = self.next_of(b);
         crate::valgrind::header_access(b);
-        // SAFETY: b is a free block of this page, now handed out.
-        unsafe { (*b).freed = 0 };
-        self.on_alloc(b as *const u8);
+        self.on_alloc(b, size);
         self.used += 1;
         b as *mut u8
     }
 
     /// Pushes `block`, a block of this page the owner is freeing, on `free`
-    /// (the caller has written its freed mark).
+    /// (`secure`: on `local_free`, for delayed reuse). The caller has
+    /// written its freed mark.
     #[inline(always)]
     pub(crate) fn push(&mut self, block: *mut Block) {
-        // SAFETY: block is a handed-out block of this page, being freed by
-        // its owner: its link word is ours to write.
-        unsafe { (*block).next = self.encode(self.free) };
-        crate::valgrind::header_done(block);
-        self.free = block;
+        #[cfg(not(feature = "secure"))]
+        {
+            // SAFETY: block is a handed-out block of this page, being freed
+            // by its owner: its link word is ours to write.
+            unsafe { (*block).next = self.encode(self.free) };
+            crate::valgrind::header_done(block);
+            self.free = block;
+        }
+        #[cfg(feature = "secure")]
+        {
+            // SAFETY: as above.
+            unsafe { (*block).next = self.encode(self.local_free) };
+            self.local_free = block;
+        }
         debug_assert!(self.used > 0);
         self.used -= 1;
     }
 
-    /// Pops a block from `free` (which must be non-empty) and tells whether
-    /// it is fresh: all zero but its first word (see the module docs).
-    pub(crate) fn pop_fresh(&mut self) -> (*mut u8, bool) {
+    /// Pops a block from `free` (which must be non-empty) for `size` bytes
+    /// and tells whether it is fresh: all zero but its first word (see the
+    /// module docs; never in `secure` builds, which fill every block).
+    pub(crate) fn pop_fresh(&mut self, size: usize) -> (*mut u8, bool) {
         debug_assert!(!self.free.is_null());
         crate::valgrind::header_access(self.free);
         // SAFETY: free is a free block of this page: both words are ours to read.
         let never_freed = unsafe { (*self.free).freed == 0 };
         crate::valgrind::header_done(self.free);
-        (self.pop(), self.zero_init && never_freed)
+        (self.pop(size), self.zero_init && never_freed)
     }
 
     /// The index of block `p` when `p` is a block start of this span, and a
@@ -693,6 +967,10 @@ impl Page {
         let Some(f) = self.list_len(self.free) else {
             return false;
         };
+        #[cfg(feature = "secure")]
+        let Some(f) = self.list_len(self.local_free).map(|l| l + f) else {
+            return false;
+        };
         self.capacity <= self.reserved && self.used + f == self.capacity
     }
 }
@@ -703,17 +981,52 @@ mod tests {
     extern crate std;
     use std::vec::Vec;
 
-    fn page_over(buf: &mut [u8], block_size: usize) -> Page {
+    /// Memory for a test span of `len` bytes, 16-byte aligned, with room
+    /// in front for the `secure` build's table of requested sizes.
+    struct Span(Vec<u128>);
+
+    impl Span {
+        fn new(len: usize) -> Self {
+            // Written only to fill the `secure` build's table.
+            #[cfg_attr(not(feature = "secure"), allow(unused_mut))]
+            let mut span = Span(std::vec![0u128; (len + crate::secure::UNIT_TABLE_BYTES).div_ceil(16)]);
+            #[cfg(feature = "secure")]
+            // SAFETY: the table lies inside the span's memory.
+            unsafe {
+                crate::secure::fill(span.0.as_mut_ptr() as *mut u8, crate::secure::UNIT_TABLE_BYTES)
+            };
+            span
+        }
+
+        fn start(&mut self) -> *mut u8 {
+            // SAFETY: the table's bytes lie inside the span's memory.
+            unsafe { (self.0.as_mut_ptr() as *mut u8).add(crate::secure::UNIT_TABLE_BYTES) }
+        }
+
+        fn len(&self) -> usize {
+            self.0.len() * 16 - crate::secure::UNIT_TABLE_BYTES
+        }
+    }
+
+    fn page_over(span: &mut Span, block_size: usize) -> Page {
         let mut p = Page::empty();
-        p.init(0, block_size, buf.as_mut_ptr(), 1, buf.len(), false);
-        p.reserved = (buf.len() / block_size) as u32;
+        p.init(0, block_size, span.start(), 1, span.len(), false);
+        p.reserved = (span.len() / block_size) as u32;
         p
+    }
+
+    /// Frees `block` of `page` as the owner's `free` does, but for the
+    /// checks (the freed mark, then the push).
+    fn free_local(page: &mut Page, block: *mut u8) {
+        // SAFETY: block is a handed-out block of page.
+        unsafe { (*(block as *mut Block)).freed = freed_mark(page) };
+        page.push(block as *mut Block);
     }
 
     #[test]
     fn carving_is_lazy_and_yields_every_block_once() {
-        let mut buf = std::vec![0u8; 64 * 1024];
-        let mut page = page_over(&mut buf, 64);
+        let mut span = Span::new(64 * 1024);
+        let mut page = page_over(&mut span, 64);
         assert_eq!(page.capacity, 0);
         let mut seen = Vec::new();
         loop {
@@ -721,7 +1034,7 @@ mod tests {
                 break;
             }
             assert!(page.capacity <= 4096 / 64 * (seen.len() as u32 / 64 + 1));
-            seen.push(page.pop() as usize);
+            seen.push(page.pop(1) as usize);
             assert!(page.is_valid());
         }
         assert_eq!(seen.len(), 1024);
@@ -731,60 +1044,62 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(feature = "secure"))]
     fn the_block_freed_last_is_handed_out_first() {
-        let mut buf = std::vec![0u8; 4096];
-        let mut page = page_over(&mut buf, 512);
+        let mut span = Span::new(4096);
+        let mut page = page_over(&mut span, 512);
         assert!(page.extend());
-        let a = page.pop();
-        let b = page.pop();
-        let c = page.pop();
-        page.push(a as *mut Block);
-        page.push(c as *mut Block);
+        let a = page.pop(1);
+        let b = page.pop(1);
+        let c = page.pop(1);
+        free_local(&mut page, a);
+        free_local(&mut page, c);
         assert_eq!(page.used, 1);
         assert!(page.is_valid());
-        assert_eq!(page.pop(), c);
-        assert_eq!(page.pop(), a);
-        assert_ne!(page.pop(), b);
+        assert_eq!(page.pop(1), c);
+        assert_eq!(page.pop(1), a);
+        assert_ne!(page.pop(1), b);
         assert!(page.is_valid());
     }
 
     #[test]
+    #[cfg(not(feature = "secure"))]
     fn only_never_handed_out_blocks_of_zeroed_spans_are_fresh() {
-        let mut buf = std::vec![0u8; 4096];
+        let mut span = Span::new(4096);
         let mut page = Page::empty();
-        page.init(0, 256, buf.as_mut_ptr(), 1, buf.len(), true);
+        page.init(0, 256, span.start(), 1, span.len(), true);
         assert!(page.extend());
-        let (a, fresh) = page.pop_fresh();
+        let (a, fresh) = page.pop_fresh(1);
         assert!(fresh);
-        // SAFETY: a is a 256-byte block of buf, handed out.
+        // SAFETY: a is a 256-byte block of the span, handed out.
         unsafe { a.write_bytes(0xAB, 256) };
         // SAFETY: as above; the second word is where free writes its mark.
         unsafe { (*(a as *mut Block)).freed = freed_mark(&page) };
         page.push(a as *mut Block);
-        let (again, fresh) = page.pop_fresh();
+        let (again, fresh) = page.pop_fresh(1);
         assert_eq!(again, a);
         assert!(!fresh, "a block handed out before is not fresh");
-        let (_, fresh) = page.pop_fresh();
+        let (_, fresh) = page.pop_fresh(1);
         assert!(fresh);
         // The same span, not known to be zero: nothing is fresh.
         let mut dirty = Page::empty();
-        dirty.init(0, 256, buf.as_mut_ptr(), 1, buf.len(), false);
+        dirty.init(0, 256, span.start(), 1, span.len(), false);
         assert!(dirty.extend());
-        assert!(!dirty.pop_fresh().1);
+        assert!(!dirty.pop_fresh(1).1);
     }
 
     #[test]
     fn remote_free_is_collected_by_owner() {
-        let mut buf = std::vec![0u8; 4096];
-        let mut page = page_over(&mut buf, 256);
+        let mut span = Span::new(4096);
+        let mut page = page_over(&mut span, 256);
         assert!(page.extend());
-        let blocks: Vec<*mut u8> = (0..4).map(|_| page.pop()).collect();
+        let blocks: Vec<*mut u8> = (0..4).map(|_| page.pop(1)).collect();
         for &b in &blocks {
             assert!(!page.push_remote(b as *mut Block, b as *mut Block, 1));
         }
         assert_eq!(page.used, 4);
         while !page.free.is_null() {
-            page.pop();
+            page.pop(1);
         }
         let used_before = page.used;
         page.collect_remote();
@@ -804,10 +1119,10 @@ mod tests {
 
     #[test]
     fn a_remote_chain_is_counted_and_joined_to_a_non_empty_free() {
-        let mut buf = std::vec![0u8; 4096];
-        let mut page = page_over(&mut buf, 256);
+        let mut span = Span::new(4096);
+        let mut page = page_over(&mut span, 256);
         assert!(page.extend());
-        let b: Vec<*mut Block> = (0..6).map(|_| page.pop() as *mut Block).collect();
+        let b: Vec<*mut Block> = (0..6).map(|_| page.pop(1) as *mut Block).collect();
         let (b0, b1, b2) = (b[0], b[1], b[2]);
         // SAFETY: b0..b2 are handed-out blocks of the page, linked into a
         // chain as a remote batch is.
@@ -835,11 +1150,11 @@ mod tests {
     #[test]
     fn block_starts_are_recognised_without_division() {
         for bs in [16usize, 48, 80, 1024, 1280, 3584, 57344] {
-            let mut buf = std::vec![0u8; 512 * 1024];
-            let mut page = page_over(&mut buf, bs);
+            let mut span = Span::new(512 * 1024);
+            let mut page = page_over(&mut span, bs);
             while page.extend() {
                 while !page.free.is_null() {
-                    page.pop();
+                    page.pop(1);
                 }
             }
             let start = page.start as usize;
@@ -896,10 +1211,10 @@ mod tests {
 
     #[test]
     fn full_notify_is_reported_once_to_the_first_remote_pusher() {
-        let mut buf = std::vec![0u8; 1024];
-        let mut page = page_over(&mut buf, 256);
+        let mut span = Span::new(1024);
+        let mut page = page_over(&mut span, 256);
         assert!(page.extend());
-        let blocks: Vec<*mut u8> = (0..4).map(|_| page.pop()).collect();
+        let blocks: Vec<*mut u8> = (0..4).map(|_| page.pop(1)).collect();
         assert!(page.try_set_full_notify());
         assert!(page.push_remote(blocks[0] as *mut Block, blocks[0] as *mut Block, 1));
         assert!(!page.push_remote(blocks[1] as *mut Block, blocks[1] as *mut Block, 1));
@@ -918,5 +1233,84 @@ mod tests {
             page.try_set_full_notify(),
             "setting it again (a reclaimer does) succeeds"
         );
+    }
+
+    /// `secure`: the owner's frees wait on `local_free` until `free` has
+    /// run dry, then come back in an order that is neither theirs nor its
+    /// reverse (over several pages' worth of tries).
+    #[test]
+    #[cfg(feature = "secure")]
+    fn secure_reuse_is_delayed_and_shuffled() {
+        let mut span = Span::new(4096);
+        let mut page = page_over(&mut span, 64);
+        assert!(page.extend());
+        let span_start = page.start as usize;
+        let index = |p: *mut u8| (p as usize - span_start) / 64;
+        let mut orders = std::collections::BTreeSet::new();
+        for round in 0..8 {
+            let blocks: Vec<*mut u8> = (0..64).map(|_| page.pop(10)).collect();
+            assert!(page.free.is_null());
+            let mut freed: Vec<usize> = blocks.iter().map(|&b| index(b)).collect();
+            freed.sort_unstable();
+            freed.truncate(32);
+            for &i in &freed {
+                free_local(&mut page, (span_start + i * 64) as *mut u8);
+            }
+            assert!(page.free.is_null() && page.has_local_free(), "round {round}");
+            assert!(page.is_valid());
+            // Nothing comes back before free runs dry; then all of them.
+            page.collect_local();
+            let again: Vec<usize> = (0..32).map(|_| index(page.pop(10))).collect();
+            assert!(page.free.is_null() && !page.has_local_free());
+            let mut sorted = again.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, freed, "every freed block comes back once");
+            orders.insert(again);
+            // Back to a page with every block free, for the next round.
+            for &b in &blocks {
+                if !freed.contains(&index(b)) {
+                    free_local(&mut page, b);
+                }
+            }
+            for &i in &freed {
+                free_local(&mut page, (span_start + i * 64) as *mut u8);
+            }
+            page.collect_local();
+        }
+        let ascending: Vec<usize> = (0..32).collect();
+        let descending: Vec<usize> = (0..32).rev().collect();
+        orders.remove(&ascending);
+        orders.remove(&descending);
+        assert!(orders.len() > 1, "the order of reuse is random: {orders:?}");
+    }
+
+    /// `secure`: a block hands out as `FILL` from its first byte to its
+    /// last, notes its requested size, and its canary is checked.
+    #[test]
+    #[cfg(feature = "secure")]
+    fn secure_blocks_are_filled_and_sized() {
+        let mut span = Span::new(4096);
+        let mut page = page_over(&mut span, 48);
+        assert!(page.extend());
+        let p = page.pop(20);
+        // SAFETY: p is a 48-byte block of the span, handed out.
+        unsafe {
+            assert!(crate::secure::is_filled(p, 48));
+            assert_eq!(page.requested_size(p), 20);
+            assert_eq!(page.check_live(p, "test"), 20);
+            p.write_bytes(7, 20);
+            page.set_requested_size(p, 8);
+            assert!(
+                crate::secure::is_filled(p.add(8), 40),
+                "bytes past the new size are canary"
+            );
+            page.on_free(p);
+            assert!(
+                crate::secure::is_filled(p.add(16), 32),
+                "free fills what the block held"
+            );
+        }
+        free_local(&mut page, p);
+        page.check_free_blocks("test");
     }
 }

@@ -121,7 +121,7 @@ pub(crate) unsafe fn settle(heap: *mut Heap, seg: *mut Segment, page: *mut Page)
                 return;
             }
             let large = (*page).class == LARGE_CLASS;
-            if !large && (!(*page).free.is_null() || (*page).capacity < (*page).reserved) {
+            if !large && (!(*page).free.is_null() || (*page).has_local_free() || (*page).capacity < (*page).reserved) {
                 (*page).flags = 0;
                 if (*page).wants_notify() {
                     (*page).clear_full_notify();

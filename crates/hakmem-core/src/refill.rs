@@ -18,7 +18,8 @@ use crate::page::Page;
 use crate::page_queue::{queue_move_to_front, queue_push_front, queue_remove, settle};
 use crate::purge::periodic;
 use crate::remote::take_notifications;
-use crate::segment::{self, Segment, PAGES_PER_SEGMENT, PAGE_SIZE};
+use crate::secure;
+use crate::segment::{self, Segment, PAGE_SIZE};
 use crate::stats;
 use crate::thread;
 use core::ptr;
@@ -79,6 +80,10 @@ unsafe fn find_page(heap: *mut Heap, class: usize) -> *mut Page {
             if (*page).free.is_null() {
                 (*page).extend();
             }
+            if (*page).free.is_null() {
+                // `secure`: the owner's frees come back only now (delayed reuse).
+                (*page).collect_local();
+            }
             if !(*page).free.is_null() {
                 debug_assert!((*page).is_valid());
                 queue_move_to_front(heap, page);
@@ -91,6 +96,9 @@ unsafe fn find_page(heap: *mut Heap, class: usize) -> *mut Page {
                 // Remote frees arrived while parking: settle requeued it.
                 if (*page).free.is_null() {
                     (*page).collect_remote();
+                }
+                if (*page).free.is_null() {
+                    (*page).collect_local();
                 }
                 if !(*page).free.is_null() {
                     queue_move_to_front(heap, page);
@@ -140,14 +148,15 @@ pub(crate) unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_
         };
         let fresh = (*seg).mark_dirty(first, units);
         let page = &mut (*seg).pages[first] as *mut Page;
-        let guard = if first + units == PAGES_PER_SEGMENT {
-            crate::page::GUARD_BYTES
-        } else {
-            0
-        };
-        let bytes = units * PAGE_SIZE - guard;
+        // `secure`: the unit's table first, its guard page last (secure.rs).
+        let start = (*seg).page_start(first).add(secure::UNIT_TABLE_BYTES);
+        let bytes = units * PAGE_SIZE - secure::UNIT_TABLE_BYTES - secure::guard_bytes();
         let block_size = if class == LARGE_CLASS { bytes } else { block_size };
-        (*page).init(class, block_size, (*seg).page_start(first), units as u32, bytes, fresh);
+        (*page).init(class, block_size, start, units as u32, bytes, fresh);
+        // `secure`: the table's bytes read as `FILL` until their blocks are
+        // handed out; the last one, in front of the first block, always.
+        #[cfg(feature = "secure")]
+        secure::fill((*seg).page_start(first), secure::UNIT_TABLE_BYTES);
         for k in 1..units {
             (*seg).pages[first + k].head = page;
         }
@@ -177,10 +186,10 @@ pub(crate) unsafe fn release_span(seg: *mut Segment, page: *mut Page) -> u64 {
         // A pusher still telling us about this page would touch the
         // segment after we free it (see `page.rs`, parking).
         (*page).wait_notifier();
+        (*page).release_blocks();
         (*page).in_use = false;
         (*page).set_carved(0);
         (*page).flags = 0;
-        (*page).free = ptr::null_mut();
         let first = (*seg).page_index(page);
         let units = (*page).units as usize;
         (*seg).return_span(first, units);

@@ -36,7 +36,7 @@
 
 use crate::heap::Heap;
 use crate::os;
-use crate::page::{Page, GUARD_BYTES};
+use crate::page::Page;
 use crate::stats;
 use crate::sync::{AtomicPtr, AtomicU32, Ordering};
 use core::ptr;
@@ -55,9 +55,15 @@ pub const PAGE_SIZE: usize = 1 << PAGE_SHIFT;
 pub const PAGES_PER_SEGMENT: usize = SEGMENT_SIZE / PAGE_SIZE;
 /// Bitmap of the pages a fresh segment can hand out (all but the header's).
 const ALL_BLOCK_PAGES: u32 = !1;
-/// Largest block placed inside a segment (31 pages, less the guard page of
-/// `secure` builds); larger ones are huge.
-pub const LARGE_SIZE_MAX: usize = (PAGES_PER_SEGMENT - 1) * PAGE_SIZE - GUARD_BYTES;
+/// Largest block placed inside a segment (31 pages); larger ones are huge.
+/// `secure` builds, whose spans are single units, place only what a size
+/// class serves (a request up to one byte less than its largest class,
+/// for the canary) inside segments.
+pub const LARGE_SIZE_MAX: usize = if cfg!(feature = "secure") {
+    crate::secure::CLASS_SIZE_MAX - 1
+} else {
+    (PAGES_PER_SEGMENT - 1) * PAGE_SIZE
+};
 
 /// Whether a segment is a heap's (normal) or a single huge block's.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -102,8 +108,12 @@ pub(crate) struct Segment {
     /// Bytes mapped from the segment start (huge segments; `SEGMENT_SIZE` otherwise).
     pub(crate) mapping_size: usize,
     /// Huge segments: the block's offset from the header (`huge_offset` of
-    /// its alignment), the one pointer `free` may be given for it.
+    /// its alignment; `secure`: where `huge::secure_alloc` placed it), the
+    /// one pointer `free` may be given for it.
     pub(crate) huge_block_offset: usize,
+    /// `secure` huge segments: the size the block was asked for.
+    #[cfg(feature = "secure")]
+    pub(crate) huge_size: usize,
     /// Links in the owner heap's list, the cache or the abandoned list.
     pub(crate) next: *mut Segment,
     pub(crate) prev: *mut Segment,
@@ -117,7 +127,10 @@ pub(crate) struct Segment {
     pub(crate) mapped: loom::cell::UnsafeCell<bool>,
 }
 
-const _: () = assert!(core::mem::size_of::<Segment>() <= PAGE_SIZE);
+// The header fits its unit (`secure`: before the unit's guard page, of up
+// to 16 KiB).
+const _: () =
+    assert!(core::mem::size_of::<Segment>() <= PAGE_SIZE - if cfg!(feature = "secure") { 16 << 10 } else { 0 });
 
 /// The segment holding block `p` (a hakmem pointer).
 #[inline(always)]
@@ -152,6 +165,8 @@ impl Segment {
                     purge_at_ms: 0,
                     mapping_size: 0,
                     huge_block_offset: 0,
+                    #[cfg(feature = "secure")]
+                    huge_size: 0,
                     next: ptr::null_mut(),
                     prev: ptr::null_mut(),
                     pages: core::array::from_fn(|_| Page::empty()),
@@ -407,7 +422,10 @@ mod tests {
         unsafe {
             let first = (*s).take_span(4).unwrap();
             (*s).mark_dirty(first, 4);
-            core::ptr::write_bytes((*s).page_start(first), 1, 4 * PAGE_SIZE);
+            for unit in first..first + 4 {
+                // Up to the unit's guard page (`secure`).
+                core::ptr::write_bytes((*s).page_start(unit), 1, PAGE_SIZE - crate::secure::guard_bytes());
+            }
             (*s).return_span(first, 4);
             let before = os::os_counters().madvise;
             (*s).schedule_purge(first, 4);

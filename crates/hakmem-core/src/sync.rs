@@ -10,7 +10,8 @@
 //! `free`, far too large for loom, written only when a segment is mapped or
 //! unmapped), and process-wide counters, hints and one-time state
 //! (statistics, OS call counts, the purge deadline hint, the mapping hint,
-//! the configuration's state). None of them carries a protocol a model
+//! the configuration's state), and the `secure` build's tables of requested
+//! sizes (a slot per block, written by the block's holder). None of them carries a protocol a model
 //! checks: each is a relaxed counter or hint, or is published once before
 //! any model runs.
 //!
@@ -29,6 +30,8 @@ pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, Ato
 
 /// Atomics that are never modelled (see the module doc).
 pub(crate) mod plain {
+    #[cfg(feature = "secure")]
+    pub(crate) use core::sync::atomic::AtomicU16;
     pub(crate) use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize};
 }
 
@@ -85,6 +88,7 @@ pub(crate) enum Window {
     /// A huge block's mapping has been moved by `mremap`; the segment map
     /// is about to learn the new address (`huge::huge_realloc`). The
     /// argument is the old header's address.
+    #[cfg_attr(feature = "secure", allow(dead_code))]
     HugeRemap(usize),
 }
 

@@ -159,7 +159,11 @@ fn process_init() {
         .is_ok()
     {
         #[cfg(feature = "secure")]
-        crate::page::SECRET.store(crate::os::random_usize(), Ordering::Relaxed);
+        {
+            crate::secure::check_page_size();
+            crate::page::SECRET.store(crate::os::random_usize(), Ordering::Relaxed);
+            os::at_exit(crate::secure::check_at_exit);
+        }
         os::at_fork(fork_prepare, fork_parent, fork_child);
         if crate::config::config().stats {
             os::at_exit(crate::stats::print_at_exit);

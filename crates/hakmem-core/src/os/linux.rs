@@ -107,6 +107,7 @@ pub(crate) fn advise_huge_pages(p: *mut u8, size: usize, on: bool) {
     unsafe { libc::madvise(p.cast(), size, advice) };
 }
 
+#[cfg_attr(feature = "secure", allow(dead_code))]
 /// Moves/resizes mapping `[p, p + old)` to `[to, to + new)`, replacing the
 /// mapping there, without copying (`mremap` with `MREMAP_FIXED`).
 ///
@@ -128,6 +129,7 @@ pub(crate) unsafe fn remap_to(p: *mut u8, old: usize, new: usize, to: *mut u8) -
     r != libc::MAP_FAILED
 }
 
+#[cfg_attr(feature = "secure", allow(dead_code))]
 /// Resizes mapping `[p, p + old)` in place to `new` bytes.
 ///
 /// # Safety

@@ -276,6 +276,8 @@ pub(crate) fn advise_huge_pages(p: *mut u8, size: usize, on: bool) {
     sys::advise_huge_pages(p, size, on);
 }
 
+// `secure` builds never resize huge mappings in place.
+#[cfg_attr(feature = "secure", allow(dead_code))]
 /// Moves/resizes mapping `[p, p + old)` to `[to, to + new)` without copying
 /// (`to` is a mapping of `new` bytes it replaces). Returns success.
 ///
@@ -289,6 +291,8 @@ pub(crate) unsafe fn remap_to(p: *mut u8, old: usize, new: usize, to: *mut u8) -
     unsafe { sys::remap_to(p, old, new, to) }
 }
 
+// `secure` builds never resize huge mappings in place.
+#[cfg_attr(feature = "secure", allow(dead_code))]
 /// Resizes mapping `[p, p + old)` in place to `new` bytes. Returns success.
 ///
 /// # Safety

@@ -7,7 +7,8 @@
 //! `cargo build -p hakmem-ffi` once per test binary, with the profile and
 //! target directory of the running test (`target/<profile>/deps/<test>`),
 //! and takes `libhakmem.so` / `libhakmem.a` from `target/<profile>/`. When
-//! that build is up to date it costs well under a second.
+//! that build is up to date it costs well under a second. [`secure_libs`]
+//! does the same for `hakmem-ffi-secure` (`libhakmem_secure.so` / `.a`).
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::collections::BTreeMap;
@@ -32,10 +33,24 @@ pub struct Libs {
 /// Builds the libraries (once per test binary) and returns their paths.
 pub fn libs() -> &'static Libs {
     static LIBS: OnceLock<Libs> = OnceLock::new();
-    LIBS.get_or_init(build_libs)
+    LIBS.get_or_init(|| build_libs(Path::new(env!("CARGO_MANIFEST_DIR")), "hakmem"))
 }
 
-fn build_libs() -> Libs {
+/// Builds the hardened libraries, `libhakmem_secure.so` / `.a` (the
+/// `hakmem-ffi-secure` package), once per test binary.
+pub fn secure_libs() -> &'static Libs {
+    static LIBS: OnceLock<Libs> = OnceLock::new();
+    LIBS.get_or_init(|| {
+        build_libs(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../hakmem-ffi-secure"),
+            "hakmem_secure",
+        )
+    })
+}
+
+/// Builds the package in `package_dir` with the running test's profile and
+/// target directory and returns its `lib<stem>.so` and `lib<stem>.a`.
+fn build_libs(package_dir: &Path, stem: &str) -> Libs {
     let exe = env::current_exe().expect("current_exe");
     // target/<profile>/deps/<test executable>
     let profile_dir = exe
@@ -49,7 +64,7 @@ fn build_libs() -> Libs {
         None => panic!("unexpected test location {}", exe.display()),
     };
     let cargo = env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let manifest = package_dir.join("Cargo.toml");
     let output = Command::new(cargo)
         .args(["build", "--quiet", "--lib", "--profile", profile, "--manifest-path"])
         .arg(&manifest)
@@ -59,12 +74,12 @@ fn build_libs() -> Libs {
         .expect("run cargo build");
     assert!(
         output.status.success(),
-        "cargo build of libhakmem failed:\n{}",
+        "cargo build of lib{stem} failed:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
     let libs = Libs {
-        shared: profile_dir.join("libhakmem.so"),
-        archive: profile_dir.join("libhakmem.a"),
+        shared: profile_dir.join(format!("lib{stem}.so")),
+        archive: profile_dir.join(format!("lib{stem}.a")),
     };
     assert!(libs.shared.is_file(), "{} was not built", libs.shared.display());
     assert!(libs.archive.is_file(), "{} was not built", libs.archive.display());
@@ -250,10 +265,15 @@ fn tail(bytes: &[u8]) -> String {
 
 /// Runs `command` to completion (killing it after `limit`), feeding it no
 /// standard input. With `preload`, `LD_PRELOAD` is set to `libhakmem.so`.
-pub fn run(mut command: Command, preload: bool, limit: Duration) -> Outcome {
+pub fn run(command: Command, preload: bool, limit: Duration) -> Outcome {
+    run_preloading(command, preload.then(|| libs().shared.as_path()), limit)
+}
+
+/// [`run`] with `LD_PRELOAD` set to `library` (unset when `None`).
+pub fn run_preloading(mut command: Command, library: Option<&Path>, limit: Duration) -> Outcome {
     command.env_remove("LD_PRELOAD");
-    if preload {
-        command.env("LD_PRELOAD", &libs().shared);
+    if let Some(library) = library {
+        command.env("LD_PRELOAD", library);
     }
     let what = format!("{command:?}");
     let mut child = command

@@ -1,0 +1,297 @@
+//! The `secure` build's layout constants and its checks of block contents:
+//! canaries after every block, the fill of free and fresh memory, and the
+//! reports (`hakmem: heap overflow`, `heap underflow`, `write after free`).
+//!
+//! Without the feature everything here is a constant that makes the
+//! callers' code vanish (`padded(size) == size`, `CLASS_SIZE_MAX ==
+//! MEDIUM_SIZE_MAX`); the byte-level helpers are compiled only with it.
+//!
+//! # The secure layout (docs/DESIGN.md, "The secure build")
+//!
+//! * Every 64 KiB unit of a segment ends with a guard page (`PROT_NONE`, the
+//!   OS page size), the header's unit included, so a write running off a
+//!   block hits one within 64 KiB.
+//! * A unit holding blocks starts with a 4 KiB table (`UNIT_TABLE_BYTES`):
+//!   the size each live block was asked for, a `u16` per block, then
+//!   `FILL` bytes. Blocks follow from `unit + 4 KiB`, so a linear overflow
+//!   of one block never reaches a table without crossing a guard first.
+//!   Every span is one unit; larger blocks are huge (their own mapping,
+//!   the block placed against a guard page after it, a guard page before).
+//! * A block of `bs` bytes asked for `r` has `r + 1 <= bs` (`padded`):
+//!   bytes `[r, bs)` hold `FILL`, the canary, checked on `free` and
+//!   `realloc`. The last byte of every slot is therefore `FILL` in every
+//!   state (live: canary; free: fill; carved: fill) and is never written
+//!   after carving, so `free(p)` checks the byte before `p` (the previous
+//!   slot's last byte, or the table's) for underflows without racing the
+//!   previous block's owner.
+//! * A free block is `[link][freed mark][FILL ...]`: `free` fills `[16, r)`
+//!   (the canary already holds `FILL`), `malloc` checks the mark and
+//!   `[16, bs)` before handing the block out and overwrites the link and
+//!   the mark with `FILL`, so uninitialised and freed memory never shows
+//!   old data.
+
+#[cfg(feature = "secure")]
+use crate::os;
+
+/// The byte of canaries and of free and uninitialised memory (`secure`).
+#[cfg(feature = "secure")]
+pub(crate) const FILL: u8 = 0xDE;
+
+/// `FILL` in every byte of a word.
+#[cfg(feature = "secure")]
+const FILL_WORD: u64 = u64::from_ne_bytes([FILL; 8]);
+
+/// The smallest block of the secure build: a free block holds its link,
+/// its freed mark, and at least one `FILL` byte at its end.
+#[cfg(feature = "secure")]
+const SECURE_MIN_BLOCK: usize = 32;
+
+/// Bytes at the start of every unit holding blocks (`secure`): the table
+/// of requested sizes (a `u16` per block: at most 1792 blocks of 32 bytes
+/// fit the 56 KiB behind it) and `FILL` padding up to the first block.
+pub(crate) const UNIT_TABLE_BYTES: usize = if cfg!(feature = "secure") { 4096 } else { 0 };
+
+/// Largest block size served from a size class. `secure`: the largest class
+/// that fits a unit beside its table and a guard page of up to 16 KiB (the
+/// OS page sizes in use; larger ones are refused at start-up).
+pub(crate) const CLASS_SIZE_MAX: usize = if cfg!(feature = "secure") {
+    40 * 1024
+} else {
+    crate::class::MEDIUM_SIZE_MAX
+};
+
+/// Largest alignment served from a size class (`secure`: blocks start 4
+/// KiB into their unit, so larger alignments get a huge block).
+pub(crate) const CLASS_ALIGN_MAX: usize = if cfg!(feature = "secure") {
+    4096
+} else {
+    crate::segment::PAGE_SIZE
+};
+
+/// Bytes a request of `size` needs from a size class: `size` itself, or
+/// (`secure`) one canary byte more, and never a 16-byte block.
+#[inline(always)]
+pub(crate) fn padded(size: usize) -> usize {
+    #[cfg(feature = "secure")]
+    return size.saturating_add(1).max(SECURE_MIN_BLOCK - 15);
+    #[cfg(not(feature = "secure"))]
+    size
+}
+
+/// Bytes of the guard page at the end of every unit (`secure`: the OS
+/// page; 0 otherwise).
+#[inline]
+pub(crate) fn guard_bytes() -> usize {
+    #[cfg(feature = "secure")]
+    return os::page_size();
+    #[cfg(not(feature = "secure"))]
+    0
+}
+
+/// Refuses to run where the layout does not fit (`secure`, at start-up): a
+/// unit must hold its table, a guard page and a block of `CLASS_SIZE_MAX`.
+#[cfg(feature = "secure")]
+pub(crate) fn check_page_size() {
+    let page = os::page_size();
+    if UNIT_TABLE_BYTES + page + CLASS_SIZE_MAX > crate::segment::PAGE_SIZE {
+        let mut line = os::Line::new();
+        line.push(b"hakmem: the secure build needs OS pages of at most 16 KiB (this system's: ");
+        line.push_usize(page);
+        line.push(b" bytes)\n");
+        line.write();
+        os::abort();
+    }
+}
+
+/// At exit (`secure`, registered with `atexit`): checks the free blocks of
+/// the exiting thread's pages (`Page::check_free_blocks`), so a write after
+/// free is reported even when no block is handed out again and no page
+/// given back after it.
+#[cfg(all(feature = "secure", not(hakmem_loom)))]
+pub(crate) extern "C" fn check_at_exit() {
+    let heap = crate::thread::heap();
+    if crate::heap::is_static_heap(heap) {
+        return;
+    }
+    // SAFETY: heap is the calling thread's own; its segments, their pages
+    // in use and those pages' free lists are its alone.
+    unsafe {
+        let mut seg = (*heap).segments;
+        while !seg.is_null() {
+            for page in (*seg).pages.iter().filter(|page| page.in_use) {
+                page.check_free_blocks("exit()");
+            }
+            seg = (*seg).next;
+        }
+    }
+}
+
+/// Whether the `len` bytes at `p` all hold `FILL`. Word-sized compares for
+/// the aligned middle, OR-ed together so the loop vectorises.
+///
+/// # Safety
+/// `[p, p + len)` must be readable.
+#[cfg(feature = "secure")]
+#[inline]
+pub(crate) unsafe fn is_filled(p: *const u8, len: usize) -> bool {
+    let head = (p as usize).wrapping_neg() % 8;
+    if len < head + 8 {
+        // SAFETY: the caller's guarantee.
+        return unsafe { bytes_diff(p, len) } == 0;
+    }
+    let words = (len - head) / 8;
+    // SAFETY: the caller's guarantee; the words are 8-aligned and inside.
+    unsafe {
+        let mut diff = bytes_diff(p, head);
+        let body = core::slice::from_raw_parts(p.add(head) as *const u64, words);
+        diff |= body.iter().fold(0, |acc, &w| acc | (w ^ FILL_WORD));
+        let done = head + words * 8;
+        diff |= bytes_diff(p.add(done), len - done);
+        diff == 0
+    }
+}
+
+/// OR of `byte ^ FILL` over `len` bytes.
+///
+/// # Safety
+/// `[p, p + len)` must be readable.
+#[cfg(feature = "secure")]
+#[inline(always)]
+unsafe fn bytes_diff(p: *const u8, len: usize) -> u64 {
+    let mut diff = 0u64;
+    for i in 0..len {
+        // SAFETY: the caller's guarantee.
+        diff |= u64::from(unsafe { *p.add(i) } ^ FILL);
+    }
+    diff
+}
+
+/// The offset of the first byte of `[p, p + len)` that is not `FILL`.
+///
+/// # Safety
+/// `[p, p + len)` must be readable.
+#[cfg(feature = "secure")]
+#[cold]
+pub(crate) unsafe fn first_unfilled(p: *const u8, len: usize) -> Option<usize> {
+    // SAFETY: the caller's guarantee.
+    (0..len).find(|&i| unsafe { *p.add(i) } != FILL)
+}
+
+/// Writes `FILL` over `[p, p + len)`.
+///
+/// # Safety
+/// `[p, p + len)` must be writable and the caller's.
+#[cfg(feature = "secure")]
+#[inline]
+pub(crate) unsafe fn fill(p: *mut u8, len: usize) {
+    // SAFETY: the caller's guarantee.
+    unsafe { core::ptr::write_bytes(p, FILL, len) };
+}
+
+/// Writes `FILL` over the two words of a block that hold its link and its
+/// freed mark while it is free (`malloc`, handing the block out).
+///
+/// # Safety
+/// `block` must be a block of at least 16 bytes the caller holds.
+#[cfg(feature = "secure")]
+#[inline(always)]
+pub(crate) unsafe fn fill_header(block: *mut u8) {
+    // SAFETY: the caller's guarantee; blocks are 16-byte aligned.
+    unsafe {
+        (block as *mut u64).write(FILL_WORD);
+        (block as *mut u64).add(1).write(FILL_WORD);
+    }
+}
+
+/// What was found wrong with a block.
+#[cfg(feature = "secure")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Corruption {
+    /// A byte past the requested size was written.
+    Overflow,
+    /// The byte before the block was written.
+    Underflow,
+    /// The block was written while free.
+    WriteAfterFree,
+}
+
+/// Reports a corrupted block and aborts (always: the heap can no longer be
+/// trusted, whatever `HAKMEM_ON_ERROR` says about bad pointers):
+///
+/// `hakmem: heap overflow: block 0x... of size 32: first corrupted byte at
+/// offset 32 (0x...), found by free()`
+///
+/// `size` is the size the block was asked for (for a write after free:
+/// when it was last handed out; `None` when never); `offset` is from the
+/// block's start (negative before it); `found_by` names the call or the
+/// moment that looked.
+#[cfg(feature = "secure")]
+#[cold]
+#[inline(never)]
+pub(crate) fn report(what: Corruption, block: *const u8, size: Option<usize>, offset: isize, found_by: &str) -> ! {
+    let mut line = os::Line::new();
+    line.push(match what {
+        Corruption::Overflow => b"hakmem: heap overflow: block ".as_slice(),
+        Corruption::Underflow => b"hakmem: heap underflow: block ",
+        Corruption::WriteAfterFree => b"hakmem: write after free: block ",
+    });
+    line.push_hex(block as usize);
+    match size {
+        Some(size) => {
+            line.push(b" of size ");
+            line.push_usize(size);
+        }
+        None => line.push(b" (never handed out)"),
+    }
+    line.push(match what {
+        Corruption::Underflow => b": corrupted byte at offset ".as_slice(),
+        _ => b": first corrupted byte at offset ",
+    });
+    line.push_i64(offset as i64);
+    line.push(b" (");
+    line.push_hex((block as usize).wrapping_add_signed(offset));
+    line.push(b"), found by ");
+    line.push(found_by.as_bytes());
+    line.push(b"\n");
+    line.write();
+    os::abort()
+}
+
+#[cfg(all(test, feature = "secure", not(hakmem_loom)))]
+mod tests {
+    use super::*;
+    extern crate std;
+
+    #[test]
+    fn is_filled_finds_any_other_byte_at_any_offset_and_alignment() {
+        let mut buf = [FILL; 200];
+        for start in 0..16 {
+            for len in 0..(200 - start) {
+                // SAFETY: the range lies inside buf.
+                assert!(unsafe { is_filled(buf.as_ptr().add(start), len) });
+                for bad in [start, start + len / 2, start + len.saturating_sub(1)] {
+                    if len == 0 {
+                        continue;
+                    }
+                    buf[bad] = 0;
+                    // SAFETY: as above.
+                    unsafe {
+                        assert!(!is_filled(buf.as_ptr().add(start), len), "{start} {len} {bad}");
+                        assert_eq!(first_unfilled(buf.as_ptr().add(start), len), Some(bad - start));
+                    }
+                    buf[bad] = FILL;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn padded_sizes_leave_a_canary_byte_and_skip_the_16_byte_class() {
+        assert_eq!(padded(0), 17);
+        assert_eq!(padded(16), 17);
+        assert_eq!(padded(31), 32);
+        assert_eq!(padded(32), 33);
+        assert_eq!(padded(usize::MAX), usize::MAX);
+        assert_eq!(crate::class::BLOCK_SIZE[crate::class::class_of(padded(0))], 32);
+    }
+}

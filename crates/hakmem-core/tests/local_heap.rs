@@ -400,14 +400,11 @@ fn alignment_and_zeroing_in_a_local_heap() {
 }
 
 #[test]
-#[cfg_attr(
-    feature = "secure",
-    ignore = "secure builds: no segment reaches the abandoned list at the exit (cause not yet investigated)"
-)]
 fn a_local_heap_outliving_its_thread_is_given_up_at_exit() {
     serial(|| {
         let before = in_use();
         let abandoned_before = hakmem_core::abandoned_count();
+        let retired_before = hakmem_core::stats().heaps_retired;
         let (raw, blocks) = std::thread::spawn(|| {
             let heap = LocalHeap::new();
             let blocks: Vec<usize> = (0..2000)
@@ -424,10 +421,16 @@ fn a_local_heap_outliving_its_thread_is_given_up_at_exit() {
         .unwrap();
         // The exit gave the heap's memory up with the thread's own: no heap
         // in use is left behind (the struct itself stays reserved for its
-        // handle), and the segments wait on the abandoned list for reclaim
-        // instead of staying with a dead owner.
+        // handle), and the segments wait for reclaim instead of staying with
+        // a dead owner: on the abandoned list, or — when the thread heap
+        // has few segments, as in `secure` builds, whose blocks above 40 KiB
+        // are huge mappings — in the thread heap retired whole for the next
+        // new thread (abandon.rs, `RETIRE_SEGMENTS_MAX`).
         assert_eq!(hakmem_core::stats().heaps_in_use, before.2);
-        assert!(hakmem_core::abandoned_count() > abandoned_before);
+        assert!(
+            hakmem_core::abandoned_count() > abandoned_before || hakmem_core::stats().heaps_retired > retired_before,
+            "the segments went nowhere"
+        );
         for (i, &p) in blocks.iter().enumerate() {
             check(p as *const u8, 1, i);
             // SAFETY: p is a live block of the orphaned heap.

@@ -49,9 +49,20 @@ fn many_short_lived_threads_keep_a_bounded_footprint() {
         baseline >> 20,
         rss >> 20
     );
+    // While blocks of exited threads are alive, their segments may wait on
+    // the abandoned list (the hardened build abandons more heaps: its
+    // delayed reuse spreads a heap over more segments). Once the last of
+    // them is freed, the freeing thread takes each segment over and gives
+    // it back: none may stay stranded.
+    let before = hakmem_core::abandoned_count();
+    for p in kept.drain(..) {
+        // SAFETY: p is a live block whose thread has exited.
+        unsafe { hakmem_core::free(p as *mut u8) };
+    }
+    let after = hakmem_core::abandoned_count();
+    eprintln!("abandoned segments: {before} with blocks alive, {after} after they were freed");
     assert!(
-        hakmem_core::abandoned_count() < 64,
-        "abandoned {}",
-        hakmem_core::abandoned_count()
+        after < 8,
+        "{after} abandoned segments stranded ({before} before the last frees)"
     );
 }

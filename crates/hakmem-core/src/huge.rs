@@ -63,6 +63,13 @@ struct HugeCache {
     lock: SpinLock,
     slots: UnsafeCell<[*mut Segment; HUGE_CACHE_SLOTS]>,
     bytes: UnsafeCell<usize>,
+    /// `secure`: huge blocks freed so far (the quarantine's clock).
+    #[cfg(feature = "secure")]
+    frees: UnsafeCell<u64>,
+    /// `secure`: xorshift state choosing among reusable mappings (0 until
+    /// seeded from the kernel).
+    #[cfg(feature = "secure")]
+    rng: UnsafeCell<u64>,
 }
 
 // SAFETY: slots and bytes are only accessed with `lock` held.
@@ -73,6 +80,10 @@ global! {
         lock: SpinLock::new(),
         slots: UnsafeCell::new([ptr::null_mut(); HUGE_CACHE_SLOTS]),
         bytes: UnsafeCell::new(0),
+        #[cfg(feature = "secure")]
+        frees: UnsafeCell::new(0),
+        #[cfg(feature = "secure")]
+        rng: UnsafeCell::new(0),
     };
 }
 
@@ -422,11 +433,35 @@ fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     else {
         return (ptr::null_mut(), false);
     };
-    let segment = if align > SEGMENT_SIZE {
-        os::map_aligned(total, align, SEGMENT_SIZE)
-    } else {
-        os::map_aligned(total, SEGMENT_SIZE, 0)
-    } as *mut Segment;
+    // The layout that ends the block against the last guard page, which
+    // a larger quarantined mapping can take by moving the block up whole
+    // OS pages.
+    if align <= page {
+        let reused = quarantine_take(total);
+        if !reused.is_null() {
+            // SAFETY: taken off the quarantine: an unused huge segment of
+            // at least `total` bytes, exclusively ours.
+            if let Some(p) = unsafe { quarantine_reuse(reused, total, offset, size) } {
+                return (p, true);
+            }
+            // SAFETY: as above; the kernel refused to open it again.
+            unsafe { huge_unmap(reused) };
+        }
+    }
+    let map = || {
+        let p = if align > SEGMENT_SIZE {
+            os::map_aligned(total, align, SEGMENT_SIZE)
+        } else {
+            os::map_aligned(total, SEGMENT_SIZE, 0)
+        };
+        p as *mut Segment
+    };
+    let mut segment = map();
+    if segment.is_null() && quarantine_release() {
+        // Out of address space (or memory): what waits in quarantine goes
+        // first, as a cache would.
+        segment = map();
+    }
     if segment.is_null() {
         return (ptr::null_mut(), false);
     }
@@ -447,6 +482,182 @@ fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
         (*segment).huge_size = size;
     }
     (p, true)
+}
+
+/// Huge frees a quarantined mapping waits at least before it is handed
+/// out again (`secure`): a dangling pointer to a freed huge block faults
+/// (its pages are `PROT_NONE` in quarantine) for that long at least, and
+/// then meets a block of a randomly chosen later owner.
+#[cfg(feature = "secure")]
+const QUARANTINE_FREES: u64 = 8;
+
+/// Largest quarantined mapping (`secure`, bytes after the header unit)
+/// kept resident, to be zeroed when handed out again; larger ones are
+/// purged as they go in (the next owner faults in only what it touches).
+#[cfg(feature = "secure")]
+const QUARANTINE_RESIDENT_MAX: usize = 256 << 10;
+
+/// Takes a mapping of `total` to `2 * total` bytes (at most 1.875 MiB
+/// more) out of quarantine (`secure`): one chosen at random among those
+/// freed at least `QUARANTINE_FREES` huge frees ago, or null.
+#[cfg(feature = "secure")]
+fn quarantine_take(total: usize) -> *mut Segment {
+    HUGE_CACHE.lock.lock();
+    // SAFETY: the lock is held; cached segments are unused huge segments.
+    let found = unsafe {
+        let slots = &mut *HUGE_CACHE.slots.get();
+        let now = *HUGE_CACHE.frees.get();
+        let ready = |s: *mut Segment| {
+            // The block moves up by the difference: it must still start
+            // in the mapping's first segment (`segment_of`).
+            !s.is_null()
+                && (*s).mapping_size >= total
+                && (*s).mapping_size - total <= total.min(SEGMENT_SIZE - 2 * PAGE_SIZE)
+                && now - (*s).quarantined_at >= QUARANTINE_FREES
+        };
+        let count = slots.iter().filter(|&&s| ready(s)).count();
+        if count == 0 {
+            ptr::null_mut()
+        } else {
+            let rng = &mut *HUGE_CACHE.rng.get();
+            if *rng == 0 {
+                *rng = os::random_usize() as u64 | 1;
+            }
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            let pick = (*rng % count as u64) as usize;
+            let i = (0..HUGE_CACHE_SLOTS)
+                .filter(|&i| ready(slots[i]))
+                .nth(pick)
+                .unwrap_or(0);
+            let s = slots[i];
+            slots[i] = ptr::null_mut();
+            *HUGE_CACHE.bytes.get() -= (*s).mapping_size;
+            s
+        }
+    };
+    HUGE_CACHE.lock.unlock();
+    found
+}
+
+/// Unmaps every quarantined mapping (`secure`, when the OS refuses a new
+/// one). Returns whether there was any.
+#[cfg(feature = "secure")]
+fn quarantine_release() -> bool {
+    let mut taken = [ptr::null_mut::<Segment>(); HUGE_CACHE_SLOTS];
+    HUGE_CACHE.lock.lock();
+    // SAFETY: the lock is held.
+    unsafe {
+        core::ptr::swap(HUGE_CACHE.slots.get(), &mut taken);
+        *HUGE_CACHE.bytes.get() = 0;
+    }
+    HUGE_CACHE.lock.unlock();
+    let mut any = false;
+    for &s in taken.iter().filter(|s| !s.is_null()) {
+        // SAFETY: taken off the quarantine: an unused huge segment no list
+        // refers to.
+        unsafe { huge_unmap(s) };
+        any = true;
+    }
+    any
+}
+
+/// Hands quarantined mapping `segment` out again for a block of `size`
+/// bytes (`secure`): the layout `secure_alloc` gives a mapping of `total`
+/// bytes and `offset`, moved up by however much larger `segment` is, so
+/// that the block still ends against the last guard page and the pages
+/// before it stay `PROT_NONE` (the guard before it). Opens the block's
+/// pages, zeroes the block (no old data shows), writes the canaries and
+/// enters the segment in the map. Returns the block (zero), or None when
+/// the kernel refuses to open the pages.
+///
+/// # Safety
+/// `segment` must be a huge mapping of at least `total` bytes taken off
+/// the quarantine, and `offset` the layout of `secure_alloc` for `total`
+/// and an alignment of at most an OS page.
+#[cfg(feature = "secure")]
+unsafe fn quarantine_reuse(segment: *mut Segment, total: usize, offset: usize, size: usize) -> Option<*mut u8> {
+    let page = os::page_size();
+    let base = segment as *mut u8;
+    // SAFETY: the caller's guarantee: the mapping holds the header unit,
+    // then at least `total - PAGE_SIZE` bytes ending in the guard page.
+    unsafe {
+        let mapping = (*segment).mapping_size;
+        let offset = offset + (mapping - total);
+        let first = base.add(mapping - total + PAGE_SIZE);
+        let guard = base.add(mapping - page);
+        if !os::protect_rw(first, guard as usize - first as usize) {
+            return None;
+        }
+        let p = base.add(offset);
+        if (*segment).purged_units != 0 {
+            // Purged in quarantine: the pages read as zero already.
+            (*segment).purged_units = 0;
+            stats::committed((mapping - PAGE_SIZE) as isize);
+            crate::policy::recommitted(mapping - PAGE_SIZE);
+        } else {
+            core::ptr::write_bytes(p, 0, size);
+        }
+        secure::fill(first, p as usize - first as usize);
+        let end = p.add(size);
+        secure::fill(end, guard as usize - end as usize);
+        (*segment).huge_block_offset = offset;
+        (*segment).huge_size = size;
+        crate::policy::huge_hit(mapping);
+        stats::huge_in_use(1);
+        map_set(segment, true);
+        Some(p)
+    }
+}
+
+/// Puts the mapping of freed huge block `segment` in quarantine (`secure`):
+/// out of the map first (a pointer into it is foreign from then on, its
+/// double free reported as such), then every page after its header unit
+/// made `PROT_NONE` (a write or read after free faults), whatever the
+/// layout it had. Returns the segment to unmap instead (this one, or one it
+/// displaced), or null.
+///
+/// # Safety
+/// `segment` must be a huge segment whose block was just freed, in no list.
+#[cfg(feature = "secure")]
+unsafe fn quarantine_put(segment: *mut Segment, delay: i64) -> *mut Segment {
+    let page = os::page_size();
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        let total = (*segment).mapping_size;
+        if delay == 0 || NO_CACHES {
+            return segment;
+        }
+        map_set(segment, false);
+        let first = (segment as *mut u8).add(PAGE_SIZE);
+        if total - PAGE_SIZE > QUARANTINE_RESIDENT_MAX {
+            // Zeroing it on reuse would cost more than the faults of the
+            // pages the next owner touches.
+            os::purge(first, total - PAGE_SIZE);
+            stats::committed(-((total - PAGE_SIZE) as isize));
+            crate::policy::purged(total - PAGE_SIZE);
+            (*segment).purged_units = 1;
+            (*segment).dirty_units = 0;
+            (*segment).purge_at_ms = 0;
+        } else {
+            (*segment).dirty_units = 1;
+            (*segment).purge_at_ms = if delay > 0 { os::now_ms() + delay as u64 } else { 0 };
+        }
+        os::protect_none(first, total - PAGE_SIZE - page);
+        HUGE_CACHE.lock.lock();
+        *HUGE_CACHE.frees.get() += 1;
+        (*segment).quarantined_at = *HUGE_CACHE.frees.get();
+        HUGE_CACHE.lock.unlock();
+        let victim = huge_cache_put(segment);
+        if !victim.is_null() {
+            crate::policy::huge_evicted((*victim).mapping_size);
+        }
+        if victim != segment && (*segment).purge_at_ms != 0 {
+            GLOBAL_PURGE_AT.fetch_min((*segment).purge_at_ms, Ordering::Relaxed);
+        }
+        victim
+    }
 }
 
 /// Checks the canaries around huge block `p` of `segment` (`secure`): the
@@ -664,7 +875,8 @@ pub(crate) unsafe fn huge_usable_size(segment: *const Segment, p: *const u8) -> 
 }
 
 /// Frees huge block `p` of `segment`: into the huge cache when its layout
-/// is the common one, else (or when it displaces an older entry) unmapped.
+/// is the common one (`secure`: into quarantine), else (or when it
+/// displaces an older entry) unmapped.
 ///
 /// # Safety
 /// `segment` must be the live huge segment of block `p`, no longer used.
@@ -675,32 +887,52 @@ pub(crate) unsafe fn huge_free(segment: *mut Segment, p: *const u8) {
     unsafe { detach_from_local(segment) };
     stats::huge_in_use(-1);
     let delay = crate::policy::purge_delay_ms();
-    // `secure`: never cached, so a dangling pointer faults until the range
-    // is mapped again.
-    let cacheable = p as usize == segment as usize + PAGE_SIZE && !cfg!(feature = "secure");
-    let victim = if cacheable && delay != 0 && !NO_CACHES {
-        // SAFETY: the caller guarantees segment is an unused huge segment.
-        unsafe {
-            (*segment).dirty_units = 1;
-            (*segment).purge_at_ms = if delay > 0 { os::now_ms() + delay as u64 } else { 0 };
-        }
-        let victim = huge_cache_put(segment);
-        if !victim.is_null() {
-            // SAFETY: victim is an unused huge segment no list refers to.
-            crate::policy::huge_evicted(unsafe { (*victim).mapping_size });
-        }
-        if victim != segment && delay > 0 {
-            // SAFETY: as above; the deadline was just written.
-            GLOBAL_PURGE_AT.fetch_min(unsafe { (*segment).purge_at_ms }, Ordering::Relaxed);
-        }
-        victim
-    } else {
-        segment
-    };
+    // SAFETY: the caller's guarantee.
+    let victim = unsafe { keep_freed(segment, p, delay) };
     if !victim.is_null() {
         // SAFETY: victim is an unused huge segment no list refers to.
         unsafe { huge_unmap(victim) };
     }
+}
+
+/// Keeps the mapping of freed huge block `p` for reuse when its layout is
+/// the common one; returns the segment to unmap instead (this one, or an
+/// older one it displaced), or null.
+///
+/// # Safety
+/// `segment` must be the huge segment of block `p`, just freed, in no list.
+#[cfg(not(feature = "secure"))]
+unsafe fn keep_freed(segment: *mut Segment, p: *const u8, delay: i64) -> *mut Segment {
+    let cacheable = p as usize == segment as usize + PAGE_SIZE;
+    if !cacheable || delay == 0 || NO_CACHES {
+        return segment;
+    }
+    // SAFETY: the caller guarantees segment is an unused huge segment.
+    unsafe {
+        (*segment).dirty_units = 1;
+        (*segment).purge_at_ms = if delay > 0 { os::now_ms() + delay as u64 } else { 0 };
+    }
+    let victim = huge_cache_put(segment);
+    if !victim.is_null() {
+        // SAFETY: victim is an unused huge segment no list refers to.
+        crate::policy::huge_evicted(unsafe { (*victim).mapping_size });
+    }
+    if victim != segment && delay > 0 {
+        // SAFETY: as above; the deadline was just written.
+        GLOBAL_PURGE_AT.fetch_min(unsafe { (*segment).purge_at_ms }, Ordering::Relaxed);
+    }
+    victim
+}
+
+/// `keep_freed` of the `secure` build: the mapping goes into quarantine,
+/// so a dangling pointer faults until it is handed out again.
+///
+/// # Safety
+/// As `keep_freed`.
+#[cfg(feature = "secure")]
+unsafe fn keep_freed(segment: *mut Segment, _p: *const u8, delay: i64) -> *mut Segment {
+    // SAFETY: the caller's guarantee.
+    unsafe { quarantine_put(segment, delay) }
 }
 
 /// Returns an unreferenced huge segment to the OS.

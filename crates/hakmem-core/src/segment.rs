@@ -114,6 +114,10 @@ pub(crate) struct Segment {
     /// `secure` huge segments: the size the block was asked for.
     #[cfg(feature = "secure")]
     pub(crate) huge_size: usize,
+    /// `secure` huge segments in quarantine (huge.rs): the count of huge
+    /// frees when this one was freed.
+    #[cfg(feature = "secure")]
+    pub(crate) quarantined_at: u64,
     /// Links in the owner heap's list, the cache or the abandoned list.
     pub(crate) next: *mut Segment,
     pub(crate) prev: *mut Segment,
@@ -167,6 +171,8 @@ impl Segment {
                     huge_block_offset: 0,
                     #[cfg(feature = "secure")]
                     huge_size: 0,
+                    #[cfg(feature = "secure")]
+                    quarantined_at: 0,
                     next: ptr::null_mut(),
                     prev: ptr::null_mut(),
                     pages: core::array::from_fn(|_| Page::empty()),

@@ -150,6 +150,17 @@ pub(crate) unsafe fn protect_none(p: *mut u8, size: usize) {
     unsafe { libc::mprotect(p.cast(), size, libc::PROT_NONE) };
 }
 
+/// Makes `[p, p + size)` readable and writable again; false when the
+/// kernel refuses (out of memory for its mapping records).
+///
+/// # Safety
+/// The range must be part of a mapping of ours that no one else uses.
+#[cfg(feature = "secure")]
+pub(crate) unsafe fn protect_rw(p: *mut u8, size: usize) -> bool {
+    // SAFETY: the caller guarantees the range is ours and unused.
+    unsafe { libc::mprotect(p.cast(), size, libc::PROT_READ | libc::PROT_WRITE) == 0 }
+}
+
 /// Random bits from the kernel, or None.
 #[cfg(feature = "secure")]
 pub(crate) fn random_usize() -> Option<usize> {

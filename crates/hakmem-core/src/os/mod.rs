@@ -315,6 +315,20 @@ pub(crate) unsafe fn protect_none(p: *mut u8, size: usize) {
     unsafe { sys::protect_none(p, size) };
 }
 
+/// Makes `[p, p + size)` readable and writable again (a `secure` build's
+/// quarantined huge mapping, handed out again); false when the kernel
+/// refuses.
+///
+/// # Safety
+/// The range must be part of a mapping of this module that no one else
+/// uses.
+#[cfg(feature = "secure")]
+pub(crate) unsafe fn protect_rw(p: *mut u8, size: usize) -> bool {
+    let _keep = KeepErrno::new();
+    // SAFETY: the caller's guarantee.
+    unsafe { sys::protect_rw(p, size) }
+}
+
 /// Random bits from the kernel (for the `secure` feature's keys).
 #[cfg(feature = "secure")]
 pub(crate) fn random_usize() -> usize {

@@ -623,7 +623,9 @@ unsafe fn quarantine_reuse(segment: *mut Segment, total: usize, offset: usize, s
 #[cfg(feature = "secure")]
 unsafe fn quarantine_put(segment: *mut Segment, delay: i64) -> *mut Segment {
     let page = os::page_size();
-    // SAFETY: the caller's guarantee.
+    // SAFETY: the caller's guarantee; the quarantine's clock is read and
+    // written with its lock held; the segment is read only before it goes
+    // into the cache (another thread may take it from there at once).
     unsafe {
         let total = (*segment).mapping_size;
         if delay == 0 || NO_CACHES {
@@ -649,12 +651,13 @@ unsafe fn quarantine_put(segment: *mut Segment, delay: i64) -> *mut Segment {
         *HUGE_CACHE.frees.get() += 1;
         (*segment).quarantined_at = *HUGE_CACHE.frees.get();
         HUGE_CACHE.lock.unlock();
+        let deadline = (*segment).purge_at_ms;
         let victim = huge_cache_put(segment);
         if !victim.is_null() {
             crate::policy::huge_evicted((*victim).mapping_size);
         }
-        if victim != segment && (*segment).purge_at_ms != 0 {
-            GLOBAL_PURGE_AT.fetch_min((*segment).purge_at_ms, Ordering::Relaxed);
+        if victim != segment && deadline != 0 {
+            GLOBAL_PURGE_AT.fetch_min(deadline, Ordering::Relaxed);
         }
         victim
     }
@@ -907,19 +910,21 @@ unsafe fn keep_freed(segment: *mut Segment, p: *const u8, delay: i64) -> *mut Se
     if !cacheable || delay == 0 || NO_CACHES {
         return segment;
     }
+    let deadline = if delay > 0 { os::now_ms() + delay as u64 } else { 0 };
     // SAFETY: the caller guarantees segment is an unused huge segment.
     unsafe {
         (*segment).dirty_units = 1;
-        (*segment).purge_at_ms = if delay > 0 { os::now_ms() + delay as u64 } else { 0 };
+        (*segment).purge_at_ms = deadline;
     }
+    // From here another thread may take the segment out of the cache: it
+    // is not read again unless it comes back as the victim.
     let victim = huge_cache_put(segment);
     if !victim.is_null() {
         // SAFETY: victim is an unused huge segment no list refers to.
         crate::policy::huge_evicted(unsafe { (*victim).mapping_size });
     }
-    if victim != segment && delay > 0 {
-        // SAFETY: as above; the deadline was just written.
-        GLOBAL_PURGE_AT.fetch_min(unsafe { (*segment).purge_at_ms }, Ordering::Relaxed);
+    if victim != segment && deadline != 0 {
+        GLOBAL_PURGE_AT.fetch_min(deadline, Ordering::Relaxed);
     }
     victim
 }

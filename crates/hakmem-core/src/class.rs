@@ -20,8 +20,10 @@ pub const CLASS_COUNT: usize = 44;
 /// Pseudo-class of a page holding one large block (a span of whole pages).
 pub const LARGE_CLASS: u8 = CLASS_COUNT as u8;
 /// Blocks of at most this size get one 64 KiB page; larger ones get a span
-/// that holds `SPAN_BLOCKS` blocks if that takes at most `SPAN_PAGES_CAP`
-/// pages, else the smallest span that holds `MIN_BLOCKS_PER_SPAN`.
+/// of the pages `SPAN_BLOCKS` blocks need, capped at `SPAN_PAGES_CAP`, but
+/// never fewer than `MIN_BLOCKS_PER_SPAN` blocks need (so the 20 and 24 KiB
+/// classes hold 12 and 10 blocks in 4 pages, and those above 32 KiB the
+/// smallest span of 8).
 const SINGLE_PAGE_BLOCK_MAX: usize = 8 * 1024;
 const MIN_BLOCKS_PER_SPAN: usize = 8;
 /// Blocks a medium span holds where it can: a span that fills after 8

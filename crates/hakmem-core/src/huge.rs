@@ -30,8 +30,10 @@
 //!
 //! The `secure` build (`secure_alloc`) serves every block too large for
 //! its single-unit spans here, placed against a guard page after it, with
-//! guard pages before it, fresh (zero) from the OS and unmapped when freed:
-//! no cache and no `mremap`.
+//! guard pages before it, zero (fresh from the OS, or zeroed as it leaves
+//! quarantine), never resized with `mremap`. Freed, its mapping waits in
+//! quarantine in the huge cache's slots, `PROT_NONE`, for reuse after 8
+//! more huge frees (`quarantine_put`, `quarantine_take`).
 
 use crate::arena::{advise_thp, NO_CACHES};
 use crate::heap::Heap;
@@ -72,7 +74,7 @@ struct HugeCache {
     rng: UnsafeCell<u64>,
 }
 
-// SAFETY: slots and bytes are only accessed with `lock` held.
+// SAFETY: slots, bytes, frees and rng are only accessed with `lock` held.
 unsafe impl Sync for HugeCache {}
 
 global! {
@@ -210,7 +212,8 @@ fn huge_mapping_size(total: usize) -> Option<usize> {
 /// Takes the cached mapping that serves a request for `mapping_size` bytes
 /// best: among those whose pages are still resident (not purged) if any,
 /// the smallest at least that large, else the largest. Null when the cache
-/// is empty. (`secure` builds cache no huge mappings.)
+/// is empty. (`secure` builds take from the cache, their quarantine,
+/// with `quarantine_take`.)
 #[cfg(not(feature = "secure"))]
 fn huge_cache_take(mapping_size: usize) -> *mut Segment {
     HUGE_CACHE.lock.lock();
@@ -404,7 +407,8 @@ unsafe fn publish(segment: *mut Segment, total: usize, offset: usize) {
 /// The guard before the block is the header unit's last page, extended to
 /// the block's first page. Every byte of a linear overflow or underflow
 /// beyond the canaries faults; the canaries are checked on `free` and
-/// `realloc` (`huge_check`). The memory is fresh from the OS: zero.
+/// `realloc` (`huge_check`). The block is zero: fresh from the OS, or
+/// zeroed as its mapping leaves quarantine.
 #[cfg(feature = "secure")]
 fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     let page = os::page_size();
@@ -440,7 +444,8 @@ fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
         let reused = quarantine_take(total);
         if !reused.is_null() {
             // SAFETY: taken off the quarantine: an unused huge segment of
-            // at least `total` bytes, exclusively ours.
+            // `total` to `total + SEGMENT_SIZE - 2 * PAGE_SIZE` bytes
+            // (`quarantine_take`), exclusively ours; align <= page.
             if let Some(p) = unsafe { quarantine_reuse(reused, total, offset, size) } {
                 return (p, true);
             }
@@ -457,7 +462,7 @@ fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
         p as *mut Segment
     };
     let mut segment = map();
-    if segment.is_null() && quarantine_release() {
+    if segment.is_null() && quarantine_release(total) {
         // Out of address space (or memory): what waits in quarantine goes
         // first, as a cache would.
         segment = map();
@@ -465,6 +470,7 @@ fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     if segment.is_null() {
         return (ptr::null_mut(), false);
     }
+    crate::policy::huge_mapped(total);
     advise_thp(segment as *mut u8, total);
     let base = segment as *mut u8;
     let p = (segment as usize + offset) as *mut u8;
@@ -542,15 +548,19 @@ fn quarantine_take(total: usize) -> *mut Segment {
 }
 
 /// Unmaps every quarantined mapping (`secure`, when the OS refuses a new
-/// one). Returns whether there was any.
+/// one of `needed` bytes), but only when they hold at least that much:
+/// a request no release could serve (`malloc` of a terabyte) must not
+/// cut every dangling pointer's quarantine short. Returns whether it did.
 #[cfg(feature = "secure")]
-fn quarantine_release() -> bool {
+fn quarantine_release(needed: usize) -> bool {
     let mut taken = [ptr::null_mut::<Segment>(); HUGE_CACHE_SLOTS];
     HUGE_CACHE.lock.lock();
     // SAFETY: the lock is held.
     unsafe {
-        core::ptr::swap(HUGE_CACHE.slots.get(), &mut taken);
-        *HUGE_CACHE.bytes.get() = 0;
+        if *HUGE_CACHE.bytes.get() >= needed {
+            core::ptr::swap(HUGE_CACHE.slots.get(), &mut taken);
+            *HUGE_CACHE.bytes.get() = 0;
+        }
     }
     HUGE_CACHE.lock.unlock();
     let mut any = false;
@@ -573,9 +583,11 @@ fn quarantine_release() -> bool {
 /// the kernel refuses to open the pages.
 ///
 /// # Safety
-/// `segment` must be a huge mapping of at least `total` bytes taken off
-/// the quarantine, and `offset` the layout of `secure_alloc` for `total`
-/// and an alignment of at most an OS page.
+/// `segment` must be a huge mapping taken off the quarantine of at least
+/// `total` and at most `total + SEGMENT_SIZE - 2 * PAGE_SIZE` bytes (so
+/// that the moved block still starts in the first segment: `segment_of`),
+/// and `offset` the layout of `secure_alloc` for `total` and an alignment
+/// of at most an OS page.
 #[cfg(feature = "secure")]
 unsafe fn quarantine_reuse(segment: *mut Segment, total: usize, offset: usize, size: usize) -> Option<*mut u8> {
     let page = os::page_size();
@@ -595,7 +607,11 @@ unsafe fn quarantine_reuse(segment: *mut Segment, total: usize, offset: usize, s
             // Purged in quarantine: the pages read as zero already.
             (*segment).purged_units = 0;
             stats::committed((mapping - PAGE_SIZE) as isize);
-            crate::policy::recommitted(mapping - PAGE_SIZE);
+            if mapping - PAGE_SIZE <= QUARANTINE_RESIDENT_MAX {
+                // Purged by the delay (larger ones are purged as they go
+                // in, which is no decision of the policy's to weigh).
+                crate::policy::recommitted(mapping - PAGE_SIZE);
+            }
         } else {
             core::ptr::write_bytes(p, 0, size);
         }
@@ -638,7 +654,6 @@ unsafe fn quarantine_put(segment: *mut Segment, delay: i64) -> *mut Segment {
             // pages the next owner touches.
             os::purge(first, total - PAGE_SIZE);
             stats::committed(-((total - PAGE_SIZE) as isize));
-            crate::policy::purged(total - PAGE_SIZE);
             (*segment).purged_units = 1;
             (*segment).dirty_units = 0;
             (*segment).purge_at_ms = 0;

@@ -261,15 +261,12 @@ pub(crate) fn huge_evicted(bytes: usize) {
 }
 
 /// A huge request mapped `bytes` fresh.
-// `secure` builds cache no huge mappings: nothing to weigh.
-#[cfg_attr(feature = "secure", allow(dead_code))]
 pub(crate) fn huge_mapped(bytes: usize) {
     HUGE_MAPPED.fetch_add(bytes as u64, Ordering::Relaxed);
 }
 
-/// A huge request of `bytes` was served by the cache.
-// `secure` builds cache no huge mappings: nothing to weigh.
-#[cfg_attr(feature = "secure", allow(dead_code))]
+/// A huge request of `bytes` was served by the cache (`secure`: by the
+/// quarantine).
 pub(crate) fn huge_hit(bytes: usize) {
     HUGE_HITS.fetch_add(bytes as u64, Ordering::Relaxed);
 }

@@ -92,6 +92,14 @@ fn quarantine_cycle(size: usize) {
     }
     let after = hakmem_core::os_counters();
     assert!(seen_first, "the first mapping was never reused");
+    // A request no release could serve leaves the quarantine alone.
+    let before_absurd = hakmem_core::os_counters();
+    assert!(hakmem_core::malloc(1 << 47).is_null(), "a 128 TiB block");
+    assert_eq!(
+        hakmem_core::os_counters().munmap,
+        before_absurd.munmap,
+        "a failed 128 TiB request emptied the quarantine"
+    );
     assert!(
         after.mmap - before.mmap <= 16,
         "{} mmap calls for 200 buffers: the quarantine does not serve them",

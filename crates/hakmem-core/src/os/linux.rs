@@ -144,7 +144,8 @@ pub(crate) unsafe fn remap_in_place(p: *mut u8, old: usize, new: usize) -> bool 
 /// Makes `[p, p + size)` inaccessible.
 ///
 /// # Safety
-/// The range must be part of a mapping of ours and never handed out.
+/// The range must be part of a mapping of ours and hold nothing handed
+/// out.
 pub(crate) unsafe fn protect_none(p: *mut u8, size: usize) {
     // SAFETY: the caller guarantees the range is ours and unused.
     unsafe { libc::mprotect(p.cast(), size, libc::PROT_NONE) };

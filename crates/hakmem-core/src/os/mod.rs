@@ -305,10 +305,12 @@ pub(crate) unsafe fn remap_in_place(p: *mut u8, old: usize, new: usize) -> bool 
     unsafe { sys::remap_in_place(p, old, new) }
 }
 
-/// Makes `[p, p + size)` inaccessible (guard pages of `secure` builds).
+/// Makes `[p, p + size)` inaccessible (guard pages and quarantined huge
+/// mappings of `secure` builds).
 ///
 /// # Safety
-/// The range must be part of a mapping of this module and never handed out.
+/// The range must be part of a mapping of this module and hold nothing
+/// handed out (never, or no longer: a freed huge block in quarantine).
 pub(crate) unsafe fn protect_none(p: *mut u8, size: usize) {
     let _keep = KeepErrno::new();
     // SAFETY: the caller's guarantee.

@@ -54,9 +54,11 @@ fn build_plugin(dlopen_tls: bool) -> PathBuf {
     target.join("release/libhakmem_plugin.so")
 }
 
-/// Compiles the C host.
-fn build_host() -> PathBuf {
-    let host = work_dir().join("host");
+/// Compiles the C host as `host-<name>`: one per test, as the tests run
+/// in parallel (with one shared path, one test could run the host while
+/// the other's `cc` was writing it: "Permission denied", seen in CI).
+fn build_host(name: &str) -> PathBuf {
+    let host = work_dir().join(format!("host-{name}"));
     std::fs::create_dir_all(work_dir()).unwrap();
     let out = Command::new("cc")
         .args(["-O2", "-Wall", "-Werror", "-o"])
@@ -76,7 +78,7 @@ fn build_host() -> PathBuf {
 /// Copies `plugin` to `plugin_0.so` .. `plugin_99.so` in a fresh directory
 /// and runs the host on them.
 fn load_copies(plugin: &Path, name: &str) -> Output {
-    let host = build_host();
+    let host = build_host(name);
     let dir = work_dir().join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();

@@ -443,9 +443,8 @@ fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     if align <= page {
         let reused = quarantine_take(total);
         if !reused.is_null() {
-            // SAFETY: taken off the quarantine: an unused huge segment of
-            // `total` to `total + SEGMENT_SIZE - 2 * PAGE_SIZE` bytes
-            // (`quarantine_take`), exclusively ours; align <= page.
+            // `quarantine_take` bounds its size to `quarantine_reuse`'s needs.
+            // SAFETY: off the quarantine, unused and ours; align <= page.
             if let Some(p) = unsafe { quarantine_reuse(reused, total, offset, size) } {
                 return (p, true);
             }
@@ -639,9 +638,10 @@ unsafe fn quarantine_reuse(segment: *mut Segment, total: usize, offset: usize, s
 #[cfg(feature = "secure")]
 unsafe fn quarantine_put(segment: *mut Segment, delay: i64) -> *mut Segment {
     let page = os::page_size();
-    // SAFETY: the caller's guarantee; the quarantine's clock is read and
-    // written with its lock held; the segment is read only before it goes
-    // into the cache (another thread may take it from there at once).
+    // The quarantine's clock is only touched with its lock held; the
+    // segment is read only before it goes into the cache (another thread
+    // may take it from there at once).
+    // SAFETY: the caller's guarantee (an unused huge segment, ours).
     unsafe {
         let total = (*segment).mapping_size;
         if delay == 0 || NO_CACHES {
@@ -667,14 +667,7 @@ unsafe fn quarantine_put(segment: *mut Segment, delay: i64) -> *mut Segment {
         (*segment).quarantined_at = *HUGE_CACHE.frees.get();
         HUGE_CACHE.lock.unlock();
         let deadline = (*segment).purge_at_ms;
-        let victim = huge_cache_put(segment);
-        if !victim.is_null() {
-            crate::policy::huge_evicted((*victim).mapping_size);
-        }
-        if victim != segment && deadline != 0 {
-            GLOBAL_PURGE_AT.fetch_min(deadline, Ordering::Relaxed);
-        }
-        victim
+        cache_freed(segment, deadline)
     }
 }
 
@@ -931,8 +924,16 @@ unsafe fn keep_freed(segment: *mut Segment, p: *const u8, delay: i64) -> *mut Se
         (*segment).dirty_units = 1;
         (*segment).purge_at_ms = deadline;
     }
-    // From here another thread may take the segment out of the cache: it
-    // is not read again unless it comes back as the victim.
+    cache_freed(segment, deadline)
+}
+
+/// Puts freed huge `segment`, its purge state written (`deadline`: its
+/// `purge_at_ms`, 0 for none), into the cache (`secure`: the quarantine);
+/// returns the segment to unmap instead (this one, or an older one it
+/// displaced), or null. From the put on, another thread may take the
+/// segment out of the cache: it is not read again unless it comes back
+/// as the victim, hence the deadline passed in.
+fn cache_freed(segment: *mut Segment, deadline: u64) -> *mut Segment {
     let victim = huge_cache_put(segment);
     if !victim.is_null() {
         // SAFETY: victim is an unused huge segment no list refers to.

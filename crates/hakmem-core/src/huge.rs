@@ -341,8 +341,8 @@ fn common_alloc(size: usize, align: usize) -> (*mut u8, bool) {
                 let bytes = (*reused).mapping_size;
                 if (*reused).purged_units != 0 {
                     (*reused).purged_units = 0;
-                    stats::committed((bytes - PAGE_SIZE) as isize);
-                    crate::policy::recommitted(bytes - PAGE_SIZE);
+                    stats::committed(purged_bytes(bytes) as isize);
+                    crate::policy::recommitted(purged_bytes(bytes));
                 }
                 crate::policy::huge_hit(bytes);
                 (*reused).dirty_units == 0
@@ -734,6 +734,19 @@ pub(crate) unsafe fn on_free(_segment: *const Segment, _p: *const u8) {
     }
 }
 
+/// Bytes a purge of the huge mapping of `size` bytes gives back: all but
+/// the header unit and, in the default build, the first OS page of the
+/// block, where the purge writes its freed mark again, so that a double
+/// free after the purge is still caught (the `secure` build's quarantine
+/// takes the mapping out of the segment map instead).
+fn purged_bytes(size: usize) -> usize {
+    if cfg!(feature = "secure") {
+        size - PAGE_SIZE
+    } else {
+        size - PAGE_SIZE - os::page_size()
+    }
+}
+
 /// Purges the huge mappings in the cache that are due (all when `force`);
 /// returns the earliest remaining deadline (`u64::MAX` when none).
 pub(crate) fn purge_huge_cache(now: u64, force: bool) -> u64 {
@@ -761,9 +774,17 @@ pub(crate) fn purge_huge_cache(now: u64, force: bool) -> u64 {
         // SAFETY: s was taken off the cache above: exclusively ours; its
         // block area holds no live data.
         unsafe {
-            os::purge((s as *mut u8).add(PAGE_SIZE), (*s).mapping_size - PAGE_SIZE);
-            stats::committed(-(((*s).mapping_size - PAGE_SIZE) as isize));
-            crate::policy::purged((*s).mapping_size - PAGE_SIZE);
+            let block = (s as *mut u8).add(PAGE_SIZE);
+            os::purge(block, (*s).mapping_size - PAGE_SIZE);
+            // The freed mark back (its page faulted in again, zero but for
+            // the mark), so that a double free after the purge is still
+            // caught.
+            crate::valgrind::header_access(block);
+            (*(block as *mut crate::page::Block)).freed = crate::page::freed_mark((*s).page_of(block));
+            crate::valgrind::header_done(block);
+            let bytes = purged_bytes((*s).mapping_size);
+            stats::committed(-(bytes as isize));
+            crate::policy::purged(bytes);
             (*s).purged_units = 1;
             (*s).dirty_units = 0;
             (*s).purge_at_ms = 0;
@@ -832,7 +853,7 @@ unsafe fn resize_mapping(segment: *mut Segment, new_total: usize) -> *mut Segmen
         return segment;
     }
     // What the accounting counts: the whole mapping, less a purged body.
-    let committed = |total: usize| if purged { PAGE_SIZE } else { total } as isize;
+    let committed = |total: usize| if purged { total - purged_bytes(total) } else { total } as isize;
     // SAFETY: shrinking drops only the tail beyond the new size, which the
     // caller no longer needs; growing in place only adds fresh pages.
     if unsafe { os::remap_in_place(segment as *mut u8, old_total, new_total) } {
@@ -965,7 +986,7 @@ unsafe fn huge_unmap(segment: *mut Segment) {
     unsafe {
         let size = (*segment).mapping_size;
         let purged = if (*segment).purged_units != 0 {
-            size - PAGE_SIZE
+            purged_bytes(size)
         } else {
             0
         };

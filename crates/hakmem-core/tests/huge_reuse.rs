@@ -155,3 +155,29 @@ fn a_cached_huge_mapping_serves_smaller_and_larger_requests_with_its_pages() {
         hakmem_core::free(large);
     }
 }
+
+/// A purged cached mapping keeps its block's freed mark (for the double
+/// free check), written back after the purge: handed out again as known
+/// zero, every byte of it must read zero, the mark's included.
+#[test]
+#[cfg_attr(feature = "secure", ignore = "secure builds quarantine huge mappings instead")]
+fn a_purged_huge_mapping_comes_back_all_zero() {
+    if hakmem_core::config().purge_delay_ms <= 0 {
+        return; // no huge cache without a purge delay
+    }
+    let size = 6 * MIB;
+    let p = hakmem_core::malloc(size);
+    assert!(!p.is_null());
+    // SAFETY: p is a live block of `size` bytes.
+    unsafe { p.write_bytes(0xff, size) };
+    // SAFETY: p is a live block, freed once.
+    unsafe { hakmem_core::free(p) };
+    hakmem_core::collect(true);
+    let q = hakmem_core::alloc_zeroed(size, 16);
+    assert_eq!(q, p, "the purged mapping is reused");
+    // SAFETY: q is a live block of `size` bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(q, size) };
+    assert_eq!(bytes.iter().position(|&b| b != 0), None, "calloc of a purged mapping");
+    // SAFETY: q is a live block, freed once.
+    unsafe { hakmem_core::free(q) };
+}

@@ -66,6 +66,15 @@ fn scenario(name: &str) {
                 hakmem_core::free(p);
                 hakmem_core::free_checked(p);
             }
+            // Freed twice with a purge of the cached mapping in between
+            // (`malloc_trim`), which must not erase the freed mark.
+            "double-free-huge-purged" => {
+                let p = hakmem_core::malloc(5 << 20);
+                p.write_bytes(1, 5 << 20);
+                hakmem_core::free(p);
+                hakmem_core::collect(true);
+                hakmem_core::free_checked(p);
+            }
             "interior-pointer" => {
                 let p = hakmem_core::malloc(100);
                 hakmem_core::free_checked(p.add(8));
@@ -318,6 +327,7 @@ fn every_misuse_aborts_with_a_hakmem_message() {
             },
         ),
         ("double-free-huge", "free(): "),
+        ("double-free-huge-purged", "free(): "),
         (
             "interior-pointer",
             "free(): invalid pointer (not the start of a hakmem block) 0x",

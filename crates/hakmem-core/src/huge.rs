@@ -778,10 +778,14 @@ pub(crate) fn purge_huge_cache(now: u64, force: bool) -> u64 {
             os::purge(block, (*s).mapping_size - PAGE_SIZE);
             // The freed mark back (its page faulted in again, zero but for
             // the mark), so that a double free after the purge is still
-            // caught.
-            crate::valgrind::header_access(block);
-            (*(block as *mut crate::page::Block)).freed = crate::page::freed_mark((*s).page_of(block));
-            crate::valgrind::header_done(block);
+            // caught. (`secure`: the mapping is in quarantine, `PROT_NONE`
+            // and out of the segment map.)
+            #[cfg(not(feature = "secure"))]
+            {
+                crate::valgrind::header_access(block);
+                (*(block as *mut crate::page::Block)).freed = crate::page::freed_mark((*s).page_of(block));
+                crate::valgrind::header_done(block);
+            }
             let bytes = purged_bytes((*s).mapping_size);
             stats::committed(-(bytes as isize));
             crate::policy::purged(bytes);

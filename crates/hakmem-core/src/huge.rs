@@ -99,10 +99,14 @@ global! {
 pub(crate) fn lock_cache() {
     LOCAL_HUGE.lock();
     HUGE_CACHE.lock.lock();
+    #[cfg(not(feature = "secure"))]
+    crate::huge_arena::lock();
 }
 
 /// `fork` parent/child: release what `lock_cache` took.
 pub(crate) fn unlock_cache() {
+    #[cfg(not(feature = "secure"))]
+    crate::huge_arena::unlock();
     HUGE_CACHE.lock.unlock();
     LOCAL_HUGE.unlock();
 }
@@ -314,6 +318,13 @@ fn common_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     };
     if total > isize::MAX as usize {
         return (ptr::null_mut(), false);
+    }
+    if offset == PAGE_SIZE && !NO_CACHES {
+        if let Some(n) = crate::huge_arena::units_for(size) {
+            if let Some(served) = crate::huge_arena::alloc(n) {
+                return served;
+            }
+        }
     }
     if offset == PAGE_SIZE {
         let cached = huge_cache_take(total);
@@ -770,6 +781,10 @@ pub(crate) fn purge_huge_cache(now: u64, force: bool) -> u64 {
         }
     }
     HUGE_CACHE.lock.unlock();
+    #[cfg(not(feature = "secure"))]
+    {
+        next = next.min(crate::huge_arena::purge_due(now, force));
+    }
     for &s in due.iter().filter(|s| !s.is_null()) {
         // SAFETY: s was taken off the cache above: exclusively ours; its
         // block area holds no live data.
@@ -832,7 +847,22 @@ pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: u
         return ptr::null_mut();
     };
     // SAFETY: the caller guarantees segment is live and ours.
-    let moved = unsafe { resize_mapping(segment, new_total) };
+    let moved = unsafe {
+        if (*segment).huge_region != 0 {
+            // Carved from the arena: in place when the units around allow,
+            // else moved out into a mapping of its own.
+            let units = crate::huge_arena::units_for(new_size);
+            if units.is_some_and(|n| crate::huge_arena::resize_in_place(segment, n * SEGMENT_SIZE)) {
+                return p;
+            }
+            if new_total < (*segment).mapping_size {
+                return ptr::null_mut();
+            }
+            crate::huge_arena::move_out(segment, new_total)
+        } else {
+            resize_mapping(segment, new_total)
+        }
+    };
     if moved.is_null() {
         return moved as *mut u8;
     }
@@ -866,9 +896,37 @@ unsafe fn resize_mapping(segment: *mut Segment, new_total: usize) -> *mut Segmen
         stats::committed(committed(new_total) - committed(old_total));
         return segment;
     }
-    let target = os::map_aligned(new_total, SEGMENT_SIZE, 0);
+    // SAFETY: the caller's guarantee.
+    let target = unsafe { move_mapping(segment, old_total, new_total) };
     if target.is_null() {
         return ptr::null_mut();
+    }
+    let moved = target as *mut Segment;
+    // SAFETY: the header moved with the mapping to `target`; its page heads
+    // still point into the old range and are rebuilt.
+    unsafe {
+        (*moved).mapping_size = new_total;
+        (*moved).reset_page_heads();
+    }
+    stats::committed(committed(new_total) - committed(old_total));
+    map_set(moved, true);
+    moved
+}
+
+/// Moves the `old_total` bytes of huge `segment` (its whole mapping, or
+/// its units of the huge arena) to a fresh 2 MiB-aligned mapping of
+/// `new_total` bytes, page tables and all (`mremap`), its map entry
+/// cleared. Returns the new address, or null when it cannot (then nothing
+/// changed). The caller rebuilds the header there and enters it in the map.
+///
+/// # Safety
+/// `segment` must be a huge segment used by the caller only, the range
+/// one kernel mapping of ours; `new_total >= old_total`.
+#[cfg(not(feature = "secure"))]
+pub(crate) unsafe fn move_mapping(segment: *mut Segment, old_total: usize, new_total: usize) -> *mut u8 {
+    let target = os::map_aligned(new_total, SEGMENT_SIZE, 0);
+    if target.is_null() {
+        return target;
     }
     // The map entry goes before the range does: once `mremap` has moved
     // the block, another thread may map a segment at the old address and
@@ -884,16 +942,7 @@ unsafe fn resize_mapping(segment: *mut Segment, new_total: usize) -> *mut Segmen
         return ptr::null_mut();
     }
     crate::sync::race_window(crate::sync::Window::HugeRemap(segment as usize));
-    let moved = target as *mut Segment;
-    // SAFETY: the header moved with the mapping to `target`; its page heads
-    // still point into the old range and are rebuilt.
-    unsafe {
-        (*moved).mapping_size = new_total;
-        (*moved).reset_page_heads();
-    }
-    stats::committed(committed(new_total) - committed(old_total));
-    map_set(moved, true);
-    moved
+    target
 }
 
 /// Usable bytes of huge block `p` in `segment`.
@@ -939,6 +988,12 @@ pub(crate) unsafe fn huge_free(segment: *mut Segment, p: *const u8) {
 /// `segment` must be the huge segment of block `p`, just freed, in no list.
 #[cfg(not(feature = "secure"))]
 unsafe fn keep_freed(segment: *mut Segment, p: *const u8, delay: i64) -> *mut Segment {
+    // SAFETY: the caller guarantees segment is an unused huge segment.
+    if unsafe { (*segment).huge_region } != 0 {
+        // SAFETY: as above.
+        unsafe { crate::huge_arena::free(segment, delay) };
+        return ptr::null_mut();
+    }
     let cacheable = p as usize == segment as usize + PAGE_SIZE;
     if !cacheable || delay == 0 || NO_CACHES {
         return segment;
@@ -1101,7 +1156,9 @@ mod tests {
             let q = huge_realloc(segment_of(p), p, 40 << 20);
             assert!(!q.is_null());
             assert_eq!(*q.add(12345), 42);
-            assert!(os::os_counters().mremap > before.mremap);
+            // Grown in place (the arena's units after it were free), or
+            // moved by mremap: never copied.
+            assert!(q == p || os::os_counters().mremap > before.mremap);
             assert!(is_segment(segment_of(q)));
             *q.add((40 << 20) - 1) = 1;
             let r = huge_realloc(segment_of(q), q, 3 << 20);

@@ -40,6 +40,8 @@ mod config;
 mod free;
 mod heap;
 mod huge;
+#[cfg(not(feature = "secure"))]
+mod huge_arena;
 mod list;
 mod local;
 mod os;

@@ -111,6 +111,9 @@ pub(crate) struct Segment {
     /// its alignment; `secure`: where `huge::secure_alloc` placed it), the
     /// one pointer `free` may be given for it.
     pub(crate) huge_block_offset: usize,
+    /// Huge segments carved from the huge arena (huge_arena.rs): their
+    /// region's index plus one; 0 for a mapping of its own.
+    pub(crate) huge_region: u32,
     /// `secure` huge segments: the size the block was asked for.
     #[cfg(feature = "secure")]
     pub(crate) huge_size: usize,
@@ -169,6 +172,7 @@ impl Segment {
                     purge_at_ms: 0,
                     mapping_size: 0,
                     huge_block_offset: 0,
+                    huge_region: 0,
                     #[cfg(feature = "secure")]
                     huge_size: 0,
                     #[cfg(feature = "secure")]

@@ -107,47 +107,55 @@ fn quarantine_cycle(size: usize) {
     );
 }
 
+/// The default build's tests, one after the other: they watch one
+/// process-wide arena, and a purge (`collect`) by one would change what
+/// the other sees.
 #[test]
 #[cfg_attr(feature = "secure", ignore = "secure builds quarantine huge mappings instead")]
-fn a_cached_huge_mapping_serves_smaller_and_larger_requests_with_its_pages() {
+fn default_builds_reuse_freed_huge_pages() {
     if hakmem_core::config().purge_delay_ms <= 0 {
-        return; // no huge cache without a purge delay
+        return; // freed huge pages are purged at once
     }
+    freed_huge_units_serve_smaller_and_larger_requests_with_their_pages();
+    // In the arena, and a mapping of its own (above the arena's 64 MiB).
+    a_purged_huge_block_comes_back_all_zero(6 * MIB);
+    a_purged_huge_block_comes_back_all_zero(80 * MIB);
+}
+
+/// Units of a freed 20 MiB block serve a 4 MiB and a 13 MiB request
+/// together, with the pages they have (no system call, the old bytes
+/// still there), and then a 24 MiB one, whose last units are fresh.
+fn freed_huge_units_serve_smaller_and_larger_requests_with_their_pages() {
     let big = hakmem_core::malloc(20 * MIB);
     assert!(!big.is_null());
     fill(big, 20 * MIB);
     // SAFETY: big is a live block, freed once.
     unsafe { hakmem_core::free(big) };
 
-    // Much smaller: the same mapping, shrunk where it is (an mremap, no
-    // mmap; a mapping up to 4 times the size asked serves as it is).
     let before = hakmem_core::os_counters();
     let small = hakmem_core::malloc(4 * MIB);
-    let after = hakmem_core::os_counters();
-    assert_eq!(small, big, "the cached mapping is reused in place");
-    assert_eq!(after.mmap, before.mmap, "no fresh mapping");
-    assert!(after.mremap > before.mremap, "shrunk with mremap");
-    assert!(still_filled(small, 4 * MIB), "its pages were kept");
+    let rest = hakmem_core::malloc(13 * MIB);
+    assert_eq!(hakmem_core::os_counters(), before, "no system call");
+    assert_eq!(small, big, "the freed units are reused");
+    let range = big as usize..big as usize + 20 * MIB;
+    assert!(range.contains(&(rest as usize)), "so are the units after them");
+    assert!(still_filled(small, 4 * MIB), "with their pages");
+    assert!(still_filled(rest, 13 * MIB), "with their pages");
     // SAFETY: small is a live block of at least 4 MiB.
     let usable = unsafe { hakmem_core::usable_size(small) };
-    assert!(usable < 6 * MIB, "the tail went back");
+    assert!(usable < 6 * MIB, "a block takes the units it needs, no more");
     fill(small, 4 * MIB);
-    // SAFETY: small is a live block, freed once.
-    unsafe { hakmem_core::free(small) };
+    fill(rest, 13 * MIB);
+    // SAFETY: small and rest are live blocks, freed once.
+    unsafe {
+        hakmem_core::free(small);
+        hakmem_core::free(rest);
+    }
 
-    // A similar size: the same mapping as it is.
-    let before = hakmem_core::os_counters();
-    let again = hakmem_core::malloc(3 * MIB);
-    assert_eq!(again, small, "the freed mapping is reused");
-    assert_eq!(hakmem_core::os_counters(), before, "as it is: no system call");
-    assert!(still_filled(again, 3 * MIB));
-    // SAFETY: again is a live block, freed once.
-    unsafe { hakmem_core::free(again) };
-
-    // Larger: the same pages, grown in place or moved with mremap; only
-    // what lies beyond them is new.
+    // Larger: the same pages, merged again; only what lies beyond them is
+    // new.
     let large = hakmem_core::malloc(24 * MIB);
-    assert!(!large.is_null());
+    assert_eq!(large, big);
     assert!(still_filled(large, 4 * MIB), "the first 4 MiB are the old pages");
     // SAFETY: large is a live block of 24 MiB.
     unsafe {
@@ -156,16 +164,10 @@ fn a_cached_huge_mapping_serves_smaller_and_larger_requests_with_its_pages() {
     }
 }
 
-/// A purged cached mapping keeps its block's freed mark (for the double
-/// free check), written back after the purge: handed out again as known
-/// zero, every byte of it must read zero, the mark's included.
-#[test]
-#[cfg_attr(feature = "secure", ignore = "secure builds quarantine huge mappings instead")]
-fn a_purged_huge_mapping_comes_back_all_zero() {
-    if hakmem_core::config().purge_delay_ms <= 0 {
-        return; // no huge cache without a purge delay
-    }
-    let size = 6 * MIB;
+/// A purged freed huge block (in the arena, or a cached mapping, which
+/// keeps its freed mark for the double free check, written back after
+/// the purge), handed out again as known zero, reads zero in every byte.
+fn a_purged_huge_block_comes_back_all_zero(size: usize) {
     let p = hakmem_core::malloc(size);
     assert!(!p.is_null());
     // SAFETY: p is a live block of `size` bytes.
@@ -174,7 +176,7 @@ fn a_purged_huge_mapping_comes_back_all_zero() {
     unsafe { hakmem_core::free(p) };
     hakmem_core::collect(true);
     let q = hakmem_core::alloc_zeroed(size, 16);
-    assert_eq!(q, p, "the purged mapping is reused");
+    assert_eq!(q, p, "the purged block is reused");
     // SAFETY: q is a live block of `size` bytes.
     let bytes = unsafe { std::slice::from_raw_parts(q, size) };
     assert_eq!(bytes.iter().position(|&b| b != 0), None, "calloc of a purged mapping");

@@ -66,11 +66,18 @@ fn scenario(name: &str) {
                 hakmem_core::free(p);
                 hakmem_core::free_checked(p);
             }
-            // Freed twice with a purge of the cached mapping in between
-            // (`malloc_trim`), which must not erase the freed mark.
-            "double-free-huge-purged" => {
-                let p = hakmem_core::malloc(5 << 20);
-                p.write_bytes(1, 5 << 20);
+            // Freed twice with a purge in between (`malloc_trim`): of the
+            // huge arena's units, or of a cached mapping of its own (above
+            // the arena's 64 MiB), whose purge must not erase the freed
+            // mark.
+            "double-free-huge-purged" | "double-free-huge-mapping-purged" => {
+                let size = if name == "double-free-huge-purged" {
+                    5 << 20
+                } else {
+                    80 << 20
+                };
+                let p = hakmem_core::malloc(size);
+                p.write_bytes(1, size);
                 hakmem_core::free(p);
                 hakmem_core::collect(true);
                 hakmem_core::free_checked(p);
@@ -328,6 +335,7 @@ fn every_misuse_aborts_with_a_hakmem_message() {
         ),
         ("double-free-huge", "free(): "),
         ("double-free-huge-purged", "free(): "),
+        ("double-free-huge-mapping-purged", "free(): "),
         (
             "interior-pointer",
             "free(): invalid pointer (not the start of a hakmem block) 0x",

@@ -1,0 +1,463 @@
+//! The huge arena (default build): huge blocks of up to `MAX_UNITS` 2 MiB
+//! units at the common offset are carved out of large reserved regions
+//! instead of getting a mapping each, and a freed block's units go back to
+//! its region, where they merge with the free units around them by
+//! address. A 20 MiB block freed serves a 7 MiB and then a 13 MiB request
+//! with the pages it already has, where per-block mappings could serve
+//! only one of them without page faults (BENCHMARKS.md, "huge: two layouts
+//! tried and rejected"). mimalloc's arenas work the same way.
+//!
+//! A region is one kernel mapping of `REGION_UNITS` units, mapped when the
+//! regions there are full, never unmapped. Each unit is used (by a live
+//! block) or free, and dirty (may hold resident pages) or clean. A request
+//! takes the window of free units that would fault the fewest pages: at
+//! either end of each free run, the run's length breaking ties (the
+//! smallest, to keep long runs whole). Free dirty units are purged
+//! (`MADV_DONTNEED`) after the purge delay, or at once when they exceed
+//! the huge cache's byte limit; purging never splits the region's mapping.
+//!
+//! A block's header is written at its first unit, as any huge segment's,
+//! with `huge_region` naming its region. A freed block's header stays in
+//! the segment map with the block's freed mark, so that a double free is
+//! reported, until its unit is purged or taken by another block (the entry
+//! is cleared first). `realloc` grows a block in place when the units
+//! after it are free, else moves it out of the arena, page tables and all
+//! (`mremap`), into a mapping of its own, and maps the hole it leaves
+//! again (units whose range another mapping took meanwhile stay used for
+//! good). All state is under one lock, held across `fork`.
+
+use crate::os;
+use crate::purge::GLOBAL_PURGE_AT;
+use crate::segment::{Segment, SegmentKind, PAGE_SIZE, SEGMENT_SIZE};
+use crate::segment_map::{is_segment, map_set};
+use crate::stats;
+use crate::sync::{global, Ordering, SpinLock};
+use core::cell::UnsafeCell;
+use core::ptr;
+
+/// Arena units are segment units: every block's header lies on one.
+const UNIT: usize = SEGMENT_SIZE;
+/// Units per region (one bit each in a `u128`): 256 MiB of address space.
+const REGION_UNITS: usize = 128;
+/// Regions at most (8 GiB of address space); past them, huge blocks get
+/// mappings of their own.
+const MAX_REGIONS: usize = 32;
+/// The largest block the arena serves, in units (64 MiB): larger ones are
+/// mapped on their own (their page-table moves make `realloc` cheap, and a
+/// few of them would fill a region).
+pub(crate) const MAX_UNITS: usize = 32;
+
+#[derive(Clone, Copy)]
+struct Region {
+    base: usize,
+    /// Units of live blocks (and, while it runs, of a purge; and for good,
+    /// units whose range another mapping took).
+    used: u128,
+    /// Units that may hold resident pages.
+    dirty: u128,
+    /// When the free dirty units are due for purging (ms; 0: none).
+    purge_at: u64,
+}
+
+struct Arena {
+    lock: SpinLock,
+    regions: UnsafeCell<[Region; MAX_REGIONS]>,
+    count: UnsafeCell<usize>,
+}
+
+// SAFETY: regions and count are only accessed with `lock` held.
+unsafe impl Sync for Arena {}
+
+global! {
+    static ARENA: Arena = Arena {
+        lock: SpinLock::new(),
+        regions: UnsafeCell::new([Region { base: 0, used: 0, dirty: 0, purge_at: 0 }; MAX_REGIONS]),
+        count: UnsafeCell::new(0),
+    };
+}
+
+/// `fork` prepare: hold the arena's lock across the fork.
+pub(crate) fn lock() {
+    ARENA.lock.lock();
+}
+
+/// `fork` parent/child: release what `lock` took.
+pub(crate) fn unlock() {
+    ARENA.lock.unlock();
+}
+
+/// Bits `[start, start + n)`.
+fn window(start: usize, n: usize) -> u128 {
+    let ones = if n >= REGION_UNITS { u128::MAX } else { (1u128 << n) - 1 };
+    ones << start
+}
+
+/// Units a block of `size` bytes at offset `PAGE_SIZE` takes, when the
+/// arena serves it.
+pub(crate) fn units_for(size: usize) -> Option<usize> {
+    let n = size.checked_add(PAGE_SIZE)?.div_ceil(UNIT);
+    (n <= MAX_UNITS).then_some(n)
+}
+
+/// The best window of `n` free units in `r`: (start, pages to fault, run
+/// length), or `None`.
+fn best_in(r: &Region, n: usize) -> Option<(usize, u32, u32)> {
+    let mut best: Option<(usize, u32, u32)> = None;
+    let mut free = !r.used;
+    while free != 0 {
+        let start = free.trailing_zeros() as usize;
+        let len = (!(free >> start)).trailing_zeros().min((REGION_UNITS - start) as u32);
+        free &= !window(start, len as usize);
+        if (len as usize) < n {
+            continue;
+        }
+        for at in [start, start + len as usize - n] {
+            let faults = (window(at, n) & !r.dirty).count_ones();
+            if best.is_none_or(|(_, f, l)| (faults, len) < (f, l)) {
+                best = Some((at, faults, len));
+            }
+        }
+    }
+    best
+}
+
+/// A huge block of `n` units (`units_for`) at offset
+/// `PAGE_SIZE` from its header, carved from a region: (block, known
+/// zero), or `None` when the regions are full and no new one can be
+/// mapped.
+pub(crate) fn alloc(n: usize) -> Option<(*mut u8, bool)> {
+    let (region, start, dirty) = take(n)?;
+    // SAFETY: the units were just taken: exclusively ours.
+    let base = unsafe { (*ARENA.regions.get())[region].base };
+    let segment = (base + start * UNIT) as *mut Segment;
+    // Headers of freed blocks in these units leave the map before the
+    // units are written (the first one gets this block's header).
+    for unit in 0..n {
+        let s = (segment as usize + unit * UNIT) as *mut Segment;
+        if is_segment(s) {
+            map_set(s, false);
+        }
+    }
+    // SAFETY: the units are ours and hold no live data; the header is made
+    // on zeroed bytes, as `construct` expects.
+    unsafe {
+        crate::valgrind::undefined(segment as *mut u8, core::mem::size_of::<Segment>());
+        ptr::write_bytes(segment as *mut u8, 0, core::mem::size_of::<Segment>());
+        Segment::construct(segment);
+        (*segment).kind = SegmentKind::Huge;
+        (*segment).mapping_size = n * UNIT;
+        (*segment).huge_block_offset = PAGE_SIZE;
+        (*segment).huge_region = region as u32 + 1;
+        (*segment).reset_page_heads();
+    }
+    let p = (segment as usize + PAGE_SIZE) as *mut u8;
+    let zero = dirty == 0;
+    if !zero {
+        // SAFETY: p is this block's start, in its units; the freed mark
+        // of a block freed there must not survive.
+        unsafe {
+            crate::valgrind::header_access(p);
+            (*(p as *mut crate::page::Block)).freed = 0;
+        }
+    }
+    let clean = n - dirty as usize;
+    stats::committed((clean * UNIT) as isize);
+    stats::huge_in_use(1);
+    if dirty != 0 {
+        crate::policy::huge_hit(dirty as usize * UNIT);
+    }
+    if clean != 0 {
+        crate::policy::huge_mapped(clean * UNIT);
+    }
+    map_set(segment, true);
+    Some((p, zero))
+}
+
+/// Takes `n` free units: (region, first unit, how many of them were
+/// dirty). Maps a new region when none has room.
+fn take(n: usize) -> Option<(usize, usize, u32)> {
+    loop {
+        ARENA.lock.lock();
+        // SAFETY: the lock is held.
+        let found = unsafe {
+            let regions = &mut *ARENA.regions.get();
+            let count = *ARENA.count.get();
+            let mut best: Option<(usize, usize, u32, u32)> = None;
+            for (i, r) in regions[..count].iter().enumerate() {
+                if let Some((at, faults, len)) = best_in(r, n) {
+                    if best.is_none_or(|(_, _, f, l)| (faults, len) < (f, l)) {
+                        best = Some((i, at, faults, len));
+                    }
+                }
+            }
+            best.map(|(i, at, _, _)| {
+                let w = window(at, n);
+                let r = &mut regions[i];
+                let dirty = (w & r.dirty).count_ones();
+                r.used |= w;
+                r.dirty |= w;
+                (i, at, dirty)
+            })
+        };
+        // SAFETY: the lock is held.
+        let count = unsafe { *ARENA.count.get() };
+        ARENA.lock.unlock();
+        if found.is_some() {
+            return found;
+        }
+        if count == MAX_REGIONS {
+            return None;
+        }
+        let base = os::map_aligned(REGION_UNITS * UNIT, UNIT, 0);
+        if base.is_null() {
+            return None;
+        }
+        crate::arena::advise_thp(base, REGION_UNITS * UNIT);
+        ARENA.lock.lock();
+        // SAFETY: the lock is held.
+        let added = unsafe {
+            let count = &mut *ARENA.count.get();
+            if *count < MAX_REGIONS {
+                (*ARENA.regions.get())[*count] = Region {
+                    base: base as usize,
+                    used: 0,
+                    dirty: 0,
+                    purge_at: 0,
+                };
+                *count += 1;
+                true
+            } else {
+                false
+            }
+        };
+        ARENA.lock.unlock();
+        if !added {
+            // SAFETY: base was just mapped and is unused.
+            unsafe { os::unmap(base, REGION_UNITS * UNIT) };
+            return None;
+        }
+    }
+}
+
+/// The region, first unit and number of units of arena block `segment`.
+///
+/// # Safety
+/// `segment` must be a huge segment of the arena (`huge_region != 0`), the
+/// caller's.
+unsafe fn place(segment: *const Segment) -> (usize, usize, usize) {
+    // SAFETY: the caller's guarantee.
+    let (region, n) = unsafe { ((*segment).huge_region as usize - 1, (*segment).mapping_size / UNIT) };
+    ARENA.lock.lock();
+    // SAFETY: the lock is held (a region's base never changes once set,
+    // but was set under the lock).
+    let base = unsafe { (*ARENA.regions.get())[region].base };
+    ARENA.lock.unlock();
+    (region, (segment as usize - base) / UNIT, n)
+}
+
+/// Gives the units of freed arena block `segment` back to its region (its
+/// header and freed mark stay, and its map entry, until the units are
+/// purged or taken); purges at once when the delay is 0 or the free dirty
+/// units exceed the huge cache's limit.
+///
+/// # Safety
+/// `segment` must be a huge segment of the arena whose block was freed.
+pub(crate) unsafe fn free(segment: *mut Segment, delay: i64) {
+    // SAFETY: the caller's guarantee.
+    let (region, start, n) = unsafe { place(segment) };
+    let now = if delay > 0 { os::now_ms() } else { 0 };
+    ARENA.lock.lock();
+    // SAFETY: the lock is held.
+    let over = unsafe {
+        let regions = &mut *ARENA.regions.get();
+        let r = &mut regions[region];
+        r.used &= !window(start, n);
+        if delay > 0 && r.purge_at == 0 {
+            r.purge_at = now + delay as u64;
+            GLOBAL_PURGE_AT.fetch_min(r.purge_at, Ordering::Relaxed);
+        }
+        let free_dirty: u32 = regions[..*ARENA.count.get()]
+            .iter()
+            .map(|r| (!r.used & r.dirty).count_ones())
+            .sum();
+        free_dirty as usize * UNIT > crate::policy::huge_cache_cap()
+    };
+    ARENA.lock.unlock();
+    if delay == 0 || over {
+        let purged = purge_region(region);
+        if over {
+            crate::policy::huge_evicted(purged);
+        }
+    }
+}
+
+/// Purges the free dirty units of region `region`; returns the bytes.
+fn purge_region(region: usize) -> usize {
+    ARENA.lock.lock();
+    // SAFETY: the lock is held. The units are marked used while the purge
+    // runs, so that no one takes them meanwhile.
+    let (base, units) = unsafe {
+        let r = &mut (*ARENA.regions.get())[region];
+        let units = !r.used & r.dirty;
+        r.used |= units;
+        r.purge_at = 0;
+        (r.base, units)
+    };
+    ARENA.lock.unlock();
+    let mut rest = units;
+    while rest != 0 {
+        let start = rest.trailing_zeros() as usize;
+        let len = ((!(rest >> start)).trailing_zeros() as usize).min(REGION_UNITS - start);
+        rest &= !window(start, len);
+        let from = base + start * UNIT;
+        for unit in 0..len {
+            let s = (from + unit * UNIT) as *mut Segment;
+            if is_segment(s) {
+                map_set(s, false);
+            }
+        }
+        // SAFETY: the units are free (no live block), reserved above, and
+        // their freed headers are out of the map.
+        unsafe { os::purge(from as *mut u8, len * UNIT) };
+    }
+    let bytes = units.count_ones() as usize * UNIT;
+    ARENA.lock.lock();
+    // SAFETY: the lock is held.
+    unsafe {
+        let r = &mut (*ARENA.regions.get())[region];
+        r.used &= !units;
+        r.dirty &= !units;
+    }
+    ARENA.lock.unlock();
+    stats::committed(-(bytes as isize));
+    crate::policy::purged(bytes);
+    bytes
+}
+
+/// Purges the regions that are due (all when `force`); returns the
+/// earliest remaining deadline (`u64::MAX` when none).
+pub(crate) fn purge_due(now: u64, force: bool) -> u64 {
+    let mut next = u64::MAX;
+    let mut due = 0u64;
+    ARENA.lock.lock();
+    // SAFETY: the lock is held.
+    unsafe {
+        let count = *ARENA.count.get();
+        let regions = &*ARENA.regions.get();
+        for (i, r) in regions[..count].iter().enumerate() {
+            if force || (r.purge_at != 0 && r.purge_at <= now) {
+                due |= 1 << i;
+            } else if r.purge_at != 0 {
+                next = next.min(r.purge_at);
+            }
+        }
+    }
+    ARENA.lock.unlock();
+    while due != 0 {
+        let i = due.trailing_zeros() as usize;
+        due &= due - 1;
+        purge_region(i);
+    }
+    next
+}
+
+/// Resizes arena block `segment` in place to `new_total` bytes (a
+/// multiple of `UNIT`): shrinking gives the tail units back, growing takes
+/// the free units after it. False when they are not free.
+///
+/// # Safety
+/// `segment` must be a live huge segment of the arena, used by the caller
+/// only; when shrinking, its tail must hold no live data.
+pub(crate) unsafe fn resize_in_place(segment: *mut Segment, new_total: usize) -> bool {
+    // SAFETY: the caller's guarantee.
+    let (region, start, n) = unsafe { place(segment) };
+    let m = new_total / UNIT;
+    if m == n {
+        return true;
+    }
+    if m < n {
+        ARENA.lock.lock();
+        // SAFETY: the lock is held; the tail units were this block's.
+        unsafe { (*ARENA.regions.get())[region].used &= !window(start + m, n - m) };
+        ARENA.lock.unlock();
+        // SAFETY: the caller's guarantee.
+        unsafe { (*segment).mapping_size = new_total };
+        return true;
+    }
+    if start + m > REGION_UNITS || m > MAX_UNITS {
+        return false;
+    }
+    let added = window(start + n, m - n);
+    ARENA.lock.lock();
+    // SAFETY: the lock is held.
+    let dirty = unsafe {
+        let r = &mut (*ARENA.regions.get())[region];
+        if r.used & added != 0 {
+            None
+        } else {
+            let dirty = (r.dirty & added).count_ones();
+            r.used |= added;
+            r.dirty |= added;
+            Some(dirty)
+        }
+    };
+    ARENA.lock.unlock();
+    let Some(dirty) = dirty else {
+        return false;
+    };
+    for unit in n..m {
+        let s = (segment as usize + unit * UNIT) as *mut Segment;
+        if is_segment(s) {
+            map_set(s, false);
+        }
+    }
+    stats::committed((((m - n) - dirty as usize) * UNIT) as isize);
+    // SAFETY: the caller's guarantee.
+    unsafe { (*segment).mapping_size = new_total };
+    true
+}
+
+/// Moves arena block `segment` out of the arena into a mapping of its own
+/// of `new_total` bytes, page tables and all (`mremap`), and maps the hole
+/// it leaves again. Returns the new header, or null when it cannot (the
+/// block is then untouched).
+///
+/// # Safety
+/// `segment` must be a live huge segment of the arena, used by the caller
+/// only, and `new_total` at least its size.
+pub(crate) unsafe fn move_out(segment: *mut Segment, new_total: usize) -> *mut Segment {
+    // SAFETY: the caller's guarantee.
+    let (region, start, n) = unsafe { place(segment) };
+    let old_total = n * UNIT;
+    // SAFETY: the caller's guarantee; the units lie in one region, one
+    // kernel mapping (a hole mapped again may have split it: the move then
+    // fails, and the caller copies).
+    let target = unsafe { crate::huge::move_mapping(segment, old_total, new_total) };
+    if target.is_null() {
+        return ptr::null_mut();
+    }
+    // The hole, mapped again: fresh, clean units; unless another mapping
+    // landed there meanwhile, whose units then stay used for good.
+    let refilled = !os::map_at(segment as usize, old_total).is_null();
+    ARENA.lock.lock();
+    // SAFETY: the lock is held.
+    unsafe {
+        let r = &mut (*ARENA.regions.get())[region];
+        r.dirty &= !window(start, n);
+        if refilled {
+            r.used &= !window(start, n);
+        }
+    }
+    ARENA.lock.unlock();
+    let moved = target as *mut Segment;
+    // SAFETY: the header moved with the block to `target`; its page heads
+    // still point into the old range and are rebuilt.
+    unsafe {
+        (*moved).mapping_size = new_total;
+        (*moved).huge_region = 0;
+        (*moved).reset_page_heads();
+    }
+    stats::committed((new_total - old_total) as isize);
+    map_set(moved, true);
+    moved
+}

@@ -1,0 +1,149 @@
+//! The huge arena under threads: blocks of 1-24 MiB (some above the
+//! arena's 64 MiB, mapped on their own) allocated, grown and shrunk with
+//! `realloc`, handed to another thread and freed there, while purges run;
+//! every block carries stamps that must survive until it is freed. Then
+//! every huge block is gone and a forced purge gives back what the arena
+//! kept. Its own binary: the arena is process-wide.
+
+use hakmem_core::Hakmem;
+use std::sync::{Arc, Mutex};
+
+#[global_allocator]
+static GLOBAL: Hakmem = Hakmem;
+
+const MIB: usize = 1 << 20;
+
+struct Block {
+    p: usize,
+    size: usize,
+    tag: u8,
+}
+
+/// Writes `tag` at every MiB of the block and at its last byte.
+fn stamp(b: &Block) {
+    let p = b.p as *mut u8;
+    for at in (0..b.size).step_by(MIB).chain([b.size - 1]) {
+        // SAFETY: p is a live block of b.size bytes.
+        unsafe { *p.add(at) = b.tag };
+    }
+}
+
+/// Whether the stamps of the first `len` bytes are intact.
+fn intact(b: &Block, len: usize) -> bool {
+    let p = b.p as *const u8;
+    // SAFETY: p is a live block of at least len bytes.
+    (0..len).step_by(MIB).all(|at| unsafe { *p.add(at) } == b.tag)
+}
+
+fn free_block(b: Block) {
+    assert!(intact(&b, b.size), "block {:#x} of {} bytes damaged", b.p, b.size);
+    // SAFETY: p is the last byte of the block.
+    assert_eq!(unsafe { *(b.p as *const u8).add(b.size - 1) }, b.tag);
+    // SAFETY: a live block, freed once.
+    unsafe { hakmem_core::free(b.p as *mut u8) };
+}
+
+#[test]
+fn threads_allocate_resize_and_free_huge_blocks_across_each_other() {
+    hakmem_core::collect(true);
+    let before = hakmem_core::stats();
+    let handoff: Arc<Mutex<Vec<Block>>> = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let handoff = Arc::clone(&handoff);
+            std::thread::spawn(move || {
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1).wrapping_mul(0x2545_f491_4f6c_dd1d);
+                let mut next = || {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng
+                };
+                let mut live: Vec<Block> = Vec::new();
+                for i in 0..300u32 {
+                    let r = next();
+                    let size = if r % 50 == 0 {
+                        70 * MIB
+                    } else {
+                        MIB + (r >> 8) as usize % (23 * MIB)
+                    };
+                    match r % 7 {
+                        0..=2 if live.len() < 6 => {
+                            let p = hakmem_core::malloc(size);
+                            assert!(!p.is_null());
+                            let b = Block {
+                                p: p as usize,
+                                size,
+                                tag: (i as u8) | 1,
+                            };
+                            stamp(&b);
+                            live.push(b);
+                        }
+                        3 if !live.is_empty() => {
+                            let k = (r >> 32) as usize % live.len();
+                            let b = &mut live[k];
+                            let keep = b.size.min(size);
+                            // SAFETY: a live block, resized once.
+                            let q = unsafe { hakmem_core::realloc(b.p as *mut u8, size, 16) };
+                            assert!(!q.is_null());
+                            b.p = q as usize;
+                            assert!(intact(b, keep), "realloc {} -> {size} lost the contents", b.size);
+                            b.size = size;
+                            stamp(b);
+                        }
+                        4 if !live.is_empty() => {
+                            let b = live.swap_remove((r >> 32) as usize % live.len());
+                            handoff.lock().unwrap().push(b);
+                        }
+                        5 => {
+                            let taken = handoff.lock().unwrap().pop();
+                            if let Some(b) = taken {
+                                free_block(b);
+                            }
+                        }
+                        6 if i % 50 == 0 => hakmem_core::collect(true),
+                        _ if !live.is_empty() => free_block(live.swap_remove(0)),
+                        _ => {}
+                    }
+                }
+                for b in live {
+                    free_block(b);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    for b in handoff.lock().unwrap().drain(..) {
+        free_block(b);
+    }
+    assert_eq!(
+        hakmem_core::stats().huge_in_use,
+        before.huge_in_use,
+        "every huge block was freed"
+    );
+    // Everything freed can be given back, and is.
+    hakmem_core::collect(true);
+    let after = hakmem_core::stats();
+    eprintln!(
+        "committed before {} after {}",
+        before.committed_bytes, after.committed_bytes
+    );
+    assert!(
+        after.committed_bytes <= before.committed_bytes + 16 * MIB,
+        "committed {} after the purge, {} before",
+        after.committed_bytes,
+        before.committed_bytes
+    );
+    let p = hakmem_core::malloc(8 * MIB);
+    let zero = hakmem_core::alloc_zeroed(8 * MIB, 16);
+    // SAFETY: zero is a live block of 8 MiB.
+    let bytes = unsafe { std::slice::from_raw_parts(zero, 8 * MIB) };
+    assert!(bytes.iter().all(|&b| b == 0), "calloc after the purge");
+    // SAFETY: live blocks, freed once.
+    unsafe {
+        hakmem_core::free(p);
+        hakmem_core::free(zero);
+    }
+}

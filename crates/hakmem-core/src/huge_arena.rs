@@ -126,10 +126,7 @@ fn best_in(r: &Region, n: usize) -> Option<(usize, u32, u32)> {
 /// zero), or `None` when the regions are full and no new one can be
 /// mapped.
 pub(crate) fn alloc(n: usize) -> Option<(*mut u8, bool)> {
-    let (region, start, dirty) = take(n)?;
-    // SAFETY: the units were just taken: exclusively ours.
-    let base = unsafe { (*ARENA.regions.get())[region].base };
-    let segment = (base + start * UNIT) as *mut Segment;
+    let (region, segment, dirty) = take(n)?;
     // Headers of freed blocks in these units leave the map before the
     // units are written (the first one gets this block's header).
     for unit in 0..n {
@@ -173,9 +170,9 @@ pub(crate) fn alloc(n: usize) -> Option<(*mut u8, bool)> {
     Some((p, zero))
 }
 
-/// Takes `n` free units: (region, first unit, how many of them were
-/// dirty). Maps a new region when none has room.
-fn take(n: usize) -> Option<(usize, usize, u32)> {
+/// Takes `n` free units: (region, the address of the first, how many of
+/// them were dirty). Maps a new region when none has room.
+fn take(n: usize) -> Option<(usize, *mut Segment, u32)> {
     loop {
         ARENA.lock.lock();
         // SAFETY: the lock is held.
@@ -196,7 +193,7 @@ fn take(n: usize) -> Option<(usize, usize, u32)> {
                 let dirty = (w & r.dirty).count_ones();
                 r.used |= w;
                 r.dirty |= w;
-                (i, at, dirty)
+                (i, (r.base + at * UNIT) as *mut Segment, dirty)
             })
         };
         // SAFETY: the lock is held.

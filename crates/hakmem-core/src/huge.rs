@@ -937,8 +937,21 @@ pub(crate) unsafe fn move_mapping(segment: *mut Segment, old_total: usize, new_t
     // SAFETY: both ranges are ours; the block is used by the caller only.
     if !unsafe { os::remap_to(segment as *mut u8, old_total, new_total, target) } {
         map_set(segment, true);
-        // SAFETY: target was just mapped and is unused.
-        unsafe { os::unmap(target, new_total) };
+        // Kernels before 6.x's rework unmap the target range before they
+        // find that the move cannot be done, and another thread may have
+        // mapped part of it since: the range is unmapped only when it is
+        // still mapped whole (the kernel kept it: ours), or free whole
+        // (then mapped again first, ours). Otherwise it is left alone.
+        if os::is_mapped(target, new_total) {
+            // SAFETY: the whole range is mapped: our target, kept.
+            unsafe { os::unmap(target, new_total) };
+        } else {
+            let probe = os::map_at(target as usize, new_total);
+            if !probe.is_null() {
+                // SAFETY: the range was free and is ours again.
+                unsafe { os::unmap(probe, new_total) };
+            }
+        }
         return ptr::null_mut();
     }
     crate::sync::race_window(crate::sync::Window::HugeRemap(segment as usize));

@@ -7,8 +7,11 @@
 //! only one of them without page faults (BENCHMARKS.md, "huge: two layouts
 //! tried and rejected"). mimalloc's arenas work the same way.
 //!
-//! A region is one kernel mapping of `REGION_UNITS` units, mapped when the
-//! regions there are full, never unmapped. Each unit is used (by a live
+//! A region is one kernel mapping of up to `REGION_UNITS` units (the first
+//! ones smaller: 64 MiB, then 128, then 256, so that a program with one
+//! huge block does not reserve 256 MiB of address space), mapped when the
+//! regions there are full and unmapped when a purge leaves it empty (after
+//! a failed mapping, none is tried for a second). Each unit is used (by a live
 //! block) or free, and dirty (may hold resident pages) or clean. A request
 //! takes the window of free units that would fault the fewest pages: at
 //! either end of each free run, the run's length breaking ties (the
@@ -24,7 +27,10 @@
 //! after it are free, else moves it out of the arena, page tables and all
 //! (`mremap`), into a mapping of its own, and maps the hole it leaves
 //! again (units whose range another mapping took meanwhile stay used for
-//! good). All state is under one lock, held across `fork`.
+//! good). The hole is a kernel mapping of its own, which `mremap` cannot
+//! move together with its neighbours: a block over such units is copied
+//! when it outgrows its place. All state is under one lock, held across
+//! `fork`.
 
 use crate::os;
 use crate::purge::GLOBAL_PURGE_AT;
@@ -37,8 +43,12 @@ use core::ptr;
 
 /// Arena units are segment units: every block's header lies on one.
 const UNIT: usize = SEGMENT_SIZE;
-/// Units per region (one bit each in a `u128`): 256 MiB of address space.
+/// Units per region at most (one bit each in a `u128`): 256 MiB of
+/// address space.
 const REGION_UNITS: usize = 128;
+/// Units of the first region mapped; each next one doubles, up to
+/// `REGION_UNITS`.
+const FIRST_REGION_UNITS: usize = 32;
 /// Regions at most (8 GiB of address space); past them, huge blocks get
 /// mappings of their own.
 const MAX_REGIONS: usize = 32;
@@ -49,20 +59,39 @@ pub(crate) const MAX_UNITS: usize = 32;
 
 #[derive(Clone, Copy)]
 struct Region {
+    /// Where it is mapped (0: the slot is empty).
     base: usize,
+    /// Units it has (the bits above are set in `used` for good).
+    units: usize,
     /// Units of live blocks (and, while it runs, of a purge; and for good,
-    /// units whose range another mapping took).
+    /// units whose range another mapping took, and those past `units`).
     used: u128,
     /// Units that may hold resident pages.
     dirty: u128,
     /// When the free dirty units are due for purging (ms; 0: none).
     purge_at: u64,
+    /// Units mapped again after a block moved out (`move_out`): kernel
+    /// mappings of their own.
+    split: u128,
 }
+
+/// An empty region slot.
+const EMPTY: Region = Region {
+    base: 0,
+    units: 0,
+    used: 0,
+    dirty: 0,
+    purge_at: 0,
+    split: 0,
+};
 
 struct Arena {
     lock: SpinLock,
     regions: UnsafeCell<[Region; MAX_REGIONS]>,
+    /// Slots ever filled (a slot below may be empty again).
     count: UnsafeCell<usize>,
+    /// Regions mapped now (the next one's size doubles with it).
+    mapped: UnsafeCell<usize>,
 }
 
 // SAFETY: regions and count are only accessed with `lock` held.
@@ -71,8 +100,9 @@ unsafe impl Sync for Arena {}
 global! {
     static ARENA: Arena = Arena {
         lock: SpinLock::new(),
-        regions: UnsafeCell::new([Region { base: 0, used: 0, dirty: 0, purge_at: 0 }; MAX_REGIONS]),
+        regions: UnsafeCell::new([EMPTY; MAX_REGIONS]),
         count: UnsafeCell::new(0),
+        mapped: UnsafeCell::new(0),
     };
 }
 
@@ -170,6 +200,11 @@ pub(crate) fn alloc(n: usize) -> Option<(*mut u8, bool)> {
     Some((p, zero))
 }
 
+global! {
+    /// When a region may be mapped again after a mapping failed (ms).
+    static NEXT_MAP_MS: crate::sync::AtomicU64 = crate::sync::AtomicU64::new(0);
+}
+
 /// Takes `n` free units: (region, the address of the first, how many of
 /// them were dirty). Maps a new region when none has room.
 fn take(n: usize) -> Option<(usize, *mut Segment, u32)> {
@@ -181,6 +216,9 @@ fn take(n: usize) -> Option<(usize, *mut Segment, u32)> {
             let count = *ARENA.count.get();
             let mut best: Option<(usize, usize, u32, u32)> = None;
             for (i, r) in regions[..count].iter().enumerate() {
+                if r.base == 0 {
+                    continue;
+                }
                 if let Some((at, faults, len)) = best_in(r, n) {
                     if best.is_none_or(|(_, _, f, l)| (faults, len) < (f, l)) {
                         best = Some((i, at, faults, len));
@@ -197,40 +235,51 @@ fn take(n: usize) -> Option<(usize, *mut Segment, u32)> {
             })
         };
         // SAFETY: the lock is held.
-        let count = unsafe { *ARENA.count.get() };
+        let mapped = unsafe { *ARENA.mapped.get() };
         ARENA.lock.unlock();
         if found.is_some() {
             return found;
         }
-        if count == MAX_REGIONS {
+        let now = os::now_ms();
+        if mapped == MAX_REGIONS || now < NEXT_MAP_MS.load(Ordering::Relaxed) {
             return None;
         }
-        let base = os::map_aligned(REGION_UNITS * UNIT, UNIT, 0);
+        let units = (FIRST_REGION_UNITS << mapped.min(2)).min(REGION_UNITS);
+        if units < n {
+            return None;
+        }
+        let base = os::map_aligned(units * UNIT, UNIT, 0);
         if base.is_null() {
+            NEXT_MAP_MS.store(now + 1000, Ordering::Relaxed);
             return None;
         }
-        crate::arena::advise_thp(base, REGION_UNITS * UNIT);
+        crate::arena::advise_thp(base, units * UNIT);
         ARENA.lock.lock();
         // SAFETY: the lock is held.
         let added = unsafe {
+            let regions = &mut *ARENA.regions.get();
             let count = &mut *ARENA.count.get();
-            if *count < MAX_REGIONS {
-                (*ARENA.regions.get())[*count] = Region {
+            let slot = regions[..*count]
+                .iter()
+                .position(|r| r.base == 0)
+                .or((*count < MAX_REGIONS).then_some(*count));
+            if let Some(i) = slot {
+                let past = if units == REGION_UNITS { 0 } else { !window(0, units) };
+                regions[i] = Region {
                     base: base as usize,
-                    used: 0,
-                    dirty: 0,
-                    purge_at: 0,
+                    units,
+                    used: past,
+                    ..EMPTY
                 };
-                *count += 1;
-                true
-            } else {
-                false
+                *count = (*count).max(i + 1);
+                *ARENA.mapped.get() += 1;
             }
+            slot.is_some()
         };
         ARENA.lock.unlock();
         if !added {
             // SAFETY: base was just mapped and is unused.
-            unsafe { os::unmap(base, REGION_UNITS * UNIT) };
+            unsafe { os::unmap(base, units * UNIT) };
             return None;
         }
     }
@@ -254,21 +303,28 @@ unsafe fn place(segment: *const Segment) -> (usize, usize, usize) {
 
 /// Gives the units of freed arena block `segment` back to its region (its
 /// header and freed mark stay, and its map entry, until the units are
-/// purged or taken); purges at once when the delay is 0 or the free dirty
-/// units exceed the huge cache's limit.
+/// purged or taken).
 ///
 /// # Safety
 /// `segment` must be a huge segment of the arena whose block was freed.
 pub(crate) unsafe fn free(segment: *mut Segment, delay: i64) {
     // SAFETY: the caller's guarantee.
     let (region, start, n) = unsafe { place(segment) };
+    release(region, window(start, n), delay);
+}
+
+/// Frees units `units` of region `region` (a freed block's, or the tail a
+/// shrinking block gave back): due for purging after `delay` ms, at once
+/// when the delay is 0 or the free dirty units exceed the huge cache's
+/// limit.
+fn release(region: usize, units: u128, delay: i64) {
     let now = if delay > 0 { os::now_ms() } else { 0 };
     ARENA.lock.lock();
     // SAFETY: the lock is held.
     let over = unsafe {
         let regions = &mut *ARENA.regions.get();
         let r = &mut regions[region];
-        r.used &= !window(start, n);
+        r.used &= !units;
         if delay > 0 && r.purge_at == 0 {
             r.purge_at = now + delay as u64;
             GLOBAL_PURGE_AT.fetch_min(r.purge_at, Ordering::Relaxed);
@@ -295,6 +351,10 @@ fn purge_region(region: usize) -> usize {
     // runs, so that no one takes them meanwhile.
     let (base, units) = unsafe {
         let r = &mut (*ARENA.regions.get())[region];
+        if r.base == 0 {
+            ARENA.lock.unlock();
+            return 0;
+        }
         let units = !r.used & r.dirty;
         r.used |= units;
         r.purge_at = 0;
@@ -319,13 +379,33 @@ fn purge_region(region: usize) -> usize {
     }
     let bytes = units.count_ones() as usize * UNIT;
     ARENA.lock.lock();
-    // SAFETY: the lock is held.
-    unsafe {
+    // SAFETY: the lock is held. A region left without a live block (all
+    // its units free and clean, no freed header in the map) leaves its
+    // slot, and is unmapped below.
+    let empty = unsafe {
         let r = &mut (*ARENA.regions.get())[region];
         r.used &= !units;
         r.dirty &= !units;
-    }
+        let past = if r.units == REGION_UNITS {
+            0
+        } else {
+            !window(0, r.units)
+        };
+        if r.used & !past == 0 && r.dirty == 0 && r.base != 0 {
+            let gone = (r.base, r.units);
+            *r = EMPTY;
+            *ARENA.mapped.get() -= 1;
+            Some(gone)
+        } else {
+            None
+        }
+    };
     ARENA.lock.unlock();
+    if let Some((base, units)) = empty {
+        // SAFETY: the region has no block and no one can take its units
+        // (its slot is empty).
+        unsafe { os::unmap(base as *mut u8, units * UNIT) };
+    }
     stats::committed(-(bytes as isize));
     crate::policy::purged(bytes);
     bytes
@@ -342,6 +422,9 @@ pub(crate) fn purge_due(now: u64, force: bool) -> u64 {
         let count = *ARENA.count.get();
         let regions = &*ARENA.regions.get();
         for (i, r) in regions[..count].iter().enumerate() {
+            if r.base == 0 {
+                continue;
+            }
             if force || (r.purge_at != 0 && r.purge_at <= now) {
                 due |= 1 << i;
             } else if r.purge_at != 0 {
@@ -373,17 +456,15 @@ pub(crate) unsafe fn resize_in_place(segment: *mut Segment, new_total: usize) ->
         return true;
     }
     if m < n {
-        ARENA.lock.lock();
-        // SAFETY: the lock is held; the tail units were this block's.
-        unsafe { (*ARENA.regions.get())[region].used &= !window(start + m, n - m) };
-        ARENA.lock.unlock();
         // SAFETY: the caller's guarantee.
         unsafe { (*segment).mapping_size = new_total };
+        release(region, window(start + m, n - m), crate::policy::purge_delay_ms());
         return true;
     }
     if start + m > REGION_UNITS || m > MAX_UNITS {
         return false;
     }
+    // (Units past a smaller region's end are used for good: no grow there.)
     let added = window(start + n, m - n);
     ARENA.lock.lock();
     // SAFETY: the lock is held.
@@ -426,9 +507,17 @@ pub(crate) unsafe fn move_out(segment: *mut Segment, new_total: usize) -> *mut S
     // SAFETY: the caller's guarantee.
     let (region, start, n) = unsafe { place(segment) };
     let old_total = n * UNIT;
-    // SAFETY: the caller's guarantee; the units lie in one region, one
-    // kernel mapping (a hole mapped again may have split it: the move then
-    // fails, and the caller copies).
+    ARENA.lock.lock();
+    // SAFETY: the lock is held.
+    let split = unsafe { (*ARENA.regions.get())[region].split } & window(start, n) != 0;
+    ARENA.lock.unlock();
+    if split {
+        // Over a hole mapped again: maybe more than one kernel mapping,
+        // which `mremap` cannot move as one. The caller copies.
+        return ptr::null_mut();
+    }
+    // SAFETY: the caller's guarantee; the units lie in one kernel mapping
+    // (the region's, no hole among them).
     let target = unsafe { crate::huge::move_mapping(segment, old_total, new_total) };
     if target.is_null() {
         return ptr::null_mut();
@@ -436,11 +525,15 @@ pub(crate) unsafe fn move_out(segment: *mut Segment, new_total: usize) -> *mut S
     // The hole, mapped again: fresh, clean units; unless another mapping
     // landed there meanwhile, whose units then stay used for good.
     let refilled = !os::map_at(segment as usize, old_total).is_null();
+    if refilled {
+        crate::arena::advise_thp(segment as *mut u8, old_total);
+    }
     ARENA.lock.lock();
     // SAFETY: the lock is held.
     unsafe {
         let r = &mut (*ARENA.regions.get())[region];
         r.dirty &= !window(start, n);
+        r.split |= window(start, n);
         if refilled {
             r.used &= !window(start, n);
         }

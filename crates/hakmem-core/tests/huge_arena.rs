@@ -43,8 +43,12 @@ fn free_block(b: Block) {
     unsafe { hakmem_core::free(b.p as *mut u8) };
 }
 
+/// The tests of this binary one at a time: each measures the arena.
+static SERIAL: Mutex<()> = Mutex::new(());
+
 #[test]
 fn threads_allocate_resize_and_free_huge_blocks_across_each_other() {
+    let _one = SERIAL.lock().unwrap();
     hakmem_core::collect(true);
     let before = hakmem_core::stats();
     let handoff: Arc<Mutex<Vec<Block>>> = Arc::new(Mutex::new(Vec::new()));
@@ -146,4 +150,38 @@ fn threads_allocate_resize_and_free_huge_blocks_across_each_other() {
         hakmem_core::free(p);
         hakmem_core::free(zero);
     }
+}
+
+/// The tail a block gives back by shrinking in place is purged after the
+/// delay like a freed block, not kept until some later free.
+#[test]
+fn a_shrunk_huge_block_gives_its_tail_back_after_the_delay() {
+    let delay = hakmem_core::config().purge_delay_ms;
+    if delay <= 0 {
+        return; // purged at once, or never
+    }
+    let _one = SERIAL.lock().unwrap();
+    hakmem_core::collect(true);
+    let before = hakmem_core::stats().committed_bytes;
+    let p = hakmem_core::malloc(60 * MIB);
+    assert!(!p.is_null());
+    // SAFETY: p is a live block of 60 MiB.
+    unsafe { p.write_bytes(7, 60 * MIB) };
+    // SAFETY: p is live, resized once.
+    let q = unsafe { hakmem_core::realloc(p, 3 * MIB, 16) };
+    assert!(!q.is_null());
+    // Past the longest delay the adaptive policy may choose (1 s).
+    std::thread::sleep(std::time::Duration::from_millis(1100.max(2 * delay as u64)));
+    for _ in 0..5 {
+        hakmem_core::collect(false);
+    }
+    let after = hakmem_core::stats().committed_bytes;
+    // SAFETY: q is live, freed once.
+    unsafe { hakmem_core::free(q) };
+    assert!(
+        after <= before + 12 * MIB,
+        "{} MiB committed with a 3 MiB block live ({} before)",
+        after >> 20,
+        before >> 20
+    );
 }

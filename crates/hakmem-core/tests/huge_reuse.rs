@@ -168,6 +168,10 @@ fn freed_huge_units_serve_smaller_and_larger_requests_with_their_pages() {
 /// keeps its freed mark for the double free check, written back after
 /// the purge), handed out again as known zero, reads zero in every byte.
 fn a_purged_huge_block_comes_back_all_zero(size: usize) {
+    // A live block keeps the arena's region mapped through the purge (an
+    // empty region is unmapped).
+    let anchor = hakmem_core::malloc(3 * MIB);
+    assert!(!anchor.is_null());
     let p = hakmem_core::malloc(size);
     assert!(!p.is_null());
     // SAFETY: p is a live block of `size` bytes.
@@ -180,6 +184,9 @@ fn a_purged_huge_block_comes_back_all_zero(size: usize) {
     // SAFETY: q is a live block of `size` bytes.
     let bytes = unsafe { std::slice::from_raw_parts(q, size) };
     assert_eq!(bytes.iter().position(|&b| b != 0), None, "calloc of a purged mapping");
-    // SAFETY: q is a live block, freed once.
-    unsafe { hakmem_core::free(q) };
+    // SAFETY: q and anchor are live blocks, freed once.
+    unsafe {
+        hakmem_core::free(q);
+        hakmem_core::free(anchor);
+    }
 }

@@ -87,3 +87,46 @@ fn allocation_fails_cleanly_when_address_space_runs_out() {
         assert_eq!(libc::WEXITSTATUS(status), 0, "size {size}");
     }
 }
+
+/// A program with one small huge block must not have given its address
+/// space away: the huge arena reserves a small region first (64 MiB), so
+/// a 150 MiB block still fits under a limit of 320 MiB more.
+#[test]
+fn a_small_huge_block_leaves_room_for_a_large_one() {
+    let limit = vm_size() + (320 << 20);
+    // SAFETY: the child only allocates through hakmem and _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let limit = libc::rlimit {
+            rlim_cur: limit,
+            rlim_max: limit,
+        };
+        // SAFETY: setrlimit with a valid struct; the blocks are live until
+        // freed once; then _exit.
+        unsafe {
+            libc::setrlimit(libc::RLIMIT_AS, &limit);
+            let small = hakmem_core::malloc(3 << 20);
+            let large = hakmem_core::malloc(150 << 20);
+            let code = if small.is_null() {
+                3
+            } else if large.is_null() {
+                4
+            } else {
+                0
+            };
+            hakmem_core::free(small);
+            hakmem_core::free(large);
+            libc::_exit(code);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: pid is our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child died: {status:#x}");
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "3 = the small block failed, 4 = the large one"
+    );
+}

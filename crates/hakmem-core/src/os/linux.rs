@@ -100,6 +100,15 @@ pub(crate) unsafe fn purge(p: *mut u8, size: usize) {
     unsafe { libc::madvise(p.cast(), size, libc::MADV_DONTNEED) };
 }
 
+/// Whether every page of `[p, p + size)` is mapped (by anyone):
+/// `madvise(MADV_NORMAL)`, which changes nothing on a mapped range and
+/// fails with `ENOMEM` where part of it is not.
+#[cfg_attr(feature = "secure", allow(dead_code))]
+pub(crate) fn is_mapped(p: *mut u8, size: usize) -> bool {
+    // SAFETY: MADV_NORMAL is the default advice: it changes nothing.
+    unsafe { libc::madvise(p.cast(), size, libc::MADV_NORMAL) == 0 }
+}
+
 /// Asks for (or against) transparent huge pages on a mapping of ours.
 pub(crate) fn advise_huge_pages(p: *mut u8, size: usize, on: bool) {
     let advice = if on { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };

@@ -269,6 +269,13 @@ pub(crate) unsafe fn purge(p: *mut u8, size: usize) {
     unsafe { sys::purge(p, size) };
 }
 
+/// Whether every page of `[p, p + size)` is mapped (by anyone).
+#[cfg_attr(feature = "secure", allow(dead_code))]
+pub(crate) fn is_mapped(p: *mut u8, size: usize) -> bool {
+    let _keep = KeepErrno::new();
+    sys::is_mapped(p, size)
+}
+
 /// Asks for (or against) transparent huge pages on a fresh mapping.
 pub(crate) fn advise_huge_pages(p: *mut u8, size: usize, on: bool) {
     let _keep = KeepErrno::new();

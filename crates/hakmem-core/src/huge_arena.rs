@@ -55,7 +55,7 @@ const MAX_REGIONS: usize = 32;
 /// The largest block the arena serves, in units (64 MiB): larger ones are
 /// mapped on their own (their page-table moves make `realloc` cheap, and a
 /// few of them would fill a region).
-pub(crate) const MAX_UNITS: usize = 32;
+const MAX_UNITS: usize = 32;
 
 #[derive(Clone, Copy)]
 struct Region {
@@ -294,8 +294,8 @@ unsafe fn place(segment: *const Segment) -> (usize, usize, usize) {
     // SAFETY: the caller's guarantee.
     let (region, n) = unsafe { ((*segment).huge_region as usize - 1, (*segment).mapping_size / UNIT) };
     ARENA.lock.lock();
-    // SAFETY: the lock is held (a region's base never changes once set,
-    // but was set under the lock).
+    // SAFETY: the lock is held; the region holds this live block, so its
+    // slot is not emptied (nor its base changed) while the caller has it.
     let base = unsafe { (*ARENA.regions.get())[region].base };
     ARENA.lock.unlock();
     (region, (segment as usize - base) / UNIT, n)

@@ -62,38 +62,10 @@ fn vm_size() -> u64 {
     line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
 }
 
-#[test]
-fn allocation_fails_cleanly_when_address_space_runs_out() {
-    for size in [64usize, 1 << 20, 64 << 20] {
-        let limit = vm_size() + (256 << 20);
-        // SAFETY: the child only allocates through hakmem and _exits.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            let limit = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            // SAFETY: setrlimit with a valid struct; then exhaust; then _exit.
-            unsafe {
-                libc::setrlimit(libc::RLIMIT_AS, &limit);
-                libc::_exit(exhaust(size));
-            }
-        }
-        let mut status = 0;
-        // SAFETY: pid is our child.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        assert!(libc::WIFEXITED(status), "size {size}: child died: {status:#x}");
-        assert_eq!(libc::WEXITSTATUS(status), 0, "size {size}");
-    }
-}
-
-/// A program with one small huge block must not have given its address
-/// space away: the huge arena reserves a small region first (64 MiB), so
-/// a 150 MiB block still fits under a limit of 320 MiB more.
-#[test]
-fn a_small_huge_block_leaves_room_for_a_large_one() {
-    let limit = vm_size() + (320 << 20);
+/// Runs `child` in a forked child whose address space may grow by `extra`
+/// bytes at most; returns its exit code (the test fails if it died).
+fn in_limited_child(extra: u64, child: impl FnOnce() -> i32) -> i32 {
+    let limit = vm_size() + extra;
     // SAFETY: the child only allocates through hakmem and _exits.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
@@ -102,31 +74,48 @@ fn a_small_huge_block_leaves_room_for_a_large_one() {
             rlim_cur: limit,
             rlim_max: limit,
         };
-        // SAFETY: setrlimit with a valid struct; the blocks are live until
-        // freed once; then _exit.
+        // SAFETY: setrlimit with a valid struct; then the child's work;
+        // then _exit, without running the parent's test harness.
         unsafe {
             libc::setrlimit(libc::RLIMIT_AS, &limit);
-            let small = hakmem_core::malloc(3 << 20);
-            let large = hakmem_core::malloc(150 << 20);
-            let code = if small.is_null() {
-                3
-            } else if large.is_null() {
-                4
-            } else {
-                0
-            };
-            hakmem_core::free(small);
-            hakmem_core::free(large);
-            libc::_exit(code);
+            libc::_exit(child());
         }
     }
     let mut status = 0;
     // SAFETY: pid is our child.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     assert!(libc::WIFEXITED(status), "child died: {status:#x}");
-    assert_eq!(
-        libc::WEXITSTATUS(status),
-        0,
-        "3 = the small block failed, 4 = the large one"
-    );
+    libc::WEXITSTATUS(status)
+}
+
+#[test]
+fn allocation_fails_cleanly_when_address_space_runs_out() {
+    for size in [64usize, 1 << 20, 64 << 20] {
+        assert_eq!(in_limited_child(256 << 20, || exhaust(size)), 0, "size {size}");
+    }
+}
+
+/// A program with one small huge block must not have given its address
+/// space away: the huge arena reserves a small region first (64 MiB), so
+/// a 150 MiB block still fits under a limit of 320 MiB more.
+#[test]
+fn a_small_huge_block_leaves_room_for_a_large_one() {
+    let code = in_limited_child(320 << 20, || {
+        let small = hakmem_core::malloc(3 << 20);
+        let large = hakmem_core::malloc(150 << 20);
+        let code = if small.is_null() {
+            3
+        } else if large.is_null() {
+            4
+        } else {
+            0
+        };
+        // SAFETY: live blocks (or null), freed once.
+        unsafe {
+            hakmem_core::free(small);
+            hakmem_core::free(large);
+        }
+        code
+    });
+    assert_eq!(code, 0, "3 = the small block failed, 4 = the large one");
 }

@@ -480,3 +480,40 @@ fn locked_list_push_pop_loses_nothing() {
         assert_eq!(list.len(), 0);
     });
 }
+
+/// Issue 22, hole 5: two threads free the large blocks of one owner, each
+/// in a segment of its own, so each push finds its page parked and
+/// notifies: a bit in its segment, then the heap's flag. The owner's slow
+/// path runs meanwhile. Whichever notification its swap of the flag reads,
+/// the other segment's bit must not be lost: seen now, or the flag left
+/// set for the next slow path. With the flag set by a plain store, the
+/// later store does not carry the earlier notifier's release sequence, so
+/// the owner could clear the flag, miss the earlier bit, and leave that
+/// page parked for good.
+#[test]
+fn two_notifiers_on_two_segments_of_one_heap_are_both_seen() {
+    loom::model(|| {
+        let heap = crate::thread::init_heap();
+        // SAFETY: heap is this thread's heap.
+        let blocks: Vec<SendPtr<u8>> = (0..2)
+            .map(|_| unsafe { SendPtr(crate::alloc::alloc_large(heap, 1_500_000).0) })
+            .collect();
+        assert!(blocks.iter().all(|p| !p.0.is_null()));
+        assert_ne!(
+            segment::segment_of(blocks[0].0),
+            segment::segment_of(blocks[1].0),
+            "a segment each"
+        );
+        let freers: Vec<_> = blocks.iter().map(|&p| free_remotely(p)).collect();
+        // SAFETY: heap is this thread's heap.
+        unsafe { crate::remote::take_notifications(heap) };
+        for f in freers {
+            f.join().unwrap();
+        }
+        // SAFETY: as above.
+        unsafe { crate::remote::take_notifications(heap) };
+        for &p in &blocks {
+            assert!(page_released(p), "the owner took the block in");
+        }
+    });
+}

@@ -288,22 +288,33 @@ impl Segment {
     }
 
     /// Gives the pending pages back to the OS now. Owner (or exclusive holder) only.
+    ///
+    /// A run the OS refuses to purge (locked memory, a sandbox) stays
+    /// dirty: its pages keep their bytes, so they are never handed out as
+    /// zero (`mark_dirty`), and they are not tried again until they have
+    /// been used and freed once more (a refusal is usually for good, and a
+    /// retry per purge delay would be a system call that achieves nothing).
     pub(crate) fn purge_pending(&mut self) {
-        let mut bits = self.purge_units & self.free_units;
+        let pending = self.purge_units & self.free_units;
+        let mut bits = pending;
+        let mut refused = 0u32;
         while bits != 0 {
             let start = bits.trailing_zeros() as usize;
             let len = (bits >> start).trailing_ones() as usize;
             // SAFETY: pages start..start+len are free pages of this segment:
             // mapped, and holding no live block.
-            unsafe { os::purge(self.page_start(start), len * PAGE_SIZE) };
+            if !unsafe { os::purge(self.page_start(start), len * PAGE_SIZE) } {
+                refused |= span_mask(start, len);
+            }
             bits &= !span_mask(start, len);
         }
-        let purged = self.purge_units & self.free_units & self.dirty_units;
+        let given_back = pending & !refused;
+        let purged = given_back & self.dirty_units;
         let bytes = purged.count_ones() as usize * PAGE_SIZE;
         stats::committed(-(bytes as isize));
         crate::policy::purged(bytes);
         self.purged_units |= purged;
-        self.dirty_units &= !(self.purge_units & self.free_units);
+        self.dirty_units &= !given_back;
         self.purge_units = 0;
         self.purge_at_ms = 0;
     }
@@ -333,8 +344,13 @@ impl Segment {
             // even a heap that has since been abandoned is valid memory; a
             // spurious notification only costs its owner a scan.
             // Release: pairs with the owner's Acquire swap in
-            // `process_notified` (publishes the bit above).
-            unsafe { (*heap).notified.store(true, Ordering::Release) };
+            // `process_notified` (publishes the bit above). A swap, not a
+            // store: an RMW continues the release sequence of an earlier
+            // notifier's swap, so an owner whose swap reads this value sees
+            // that notifier's bit too; a plain store would end the sequence
+            // and that bit could go unseen with the flag cleared
+            // (loom: `two_notifiers_on_two_segments_of_one_heap_are_both_seen`).
+            unsafe { (*heap).notified.swap(true, Ordering::Release) };
         }
     }
 

@@ -660,15 +660,16 @@ unsafe fn quarantine_put(segment: *mut Segment, delay: i64) -> *mut Segment {
         }
         map_set(segment, false);
         let first = (segment as *mut u8).add(PAGE_SIZE);
-        if total - PAGE_SIZE > QUARANTINE_RESIDENT_MAX {
+        if total - PAGE_SIZE > QUARANTINE_RESIDENT_MAX && os::purge(first, total - PAGE_SIZE) {
             // Zeroing it on reuse would cost more than the faults of the
             // pages the next owner touches.
-            os::purge(first, total - PAGE_SIZE);
             stats::committed(-((total - PAGE_SIZE) as isize));
             (*segment).purged_units = 1;
             (*segment).dirty_units = 0;
             (*segment).purge_at_ms = 0;
         } else {
+            // Kept resident, or the purge was refused (locked memory, a
+            // sandbox): dirty, zeroed when handed out again.
             (*segment).dirty_units = 1;
             (*segment).purge_at_ms = if delay > 0 { os::now_ms() + delay as u64 } else { 0 };
         }
@@ -790,22 +791,26 @@ pub(crate) fn purge_huge_cache(now: u64, force: bool) -> u64 {
         // block area holds no live data.
         unsafe {
             let block = (s as *mut u8).add(PAGE_SIZE);
-            os::purge(block, (*s).mapping_size - PAGE_SIZE);
-            // The freed mark back (its page faulted in again, zero but for
-            // the mark), so that a double free after the purge is still
-            // caught. (`secure`: the mapping is in quarantine, `PROT_NONE`
-            // and out of the segment map.)
-            #[cfg(not(feature = "secure"))]
-            {
-                crate::valgrind::header_access(block);
-                (*(block as *mut crate::page::Block)).freed = crate::page::freed_mark((*s).page_of(block));
-                crate::valgrind::header_done(block);
+            if os::purge(block, (*s).mapping_size - PAGE_SIZE) {
+                // The freed mark back (its page faulted in again, zero but
+                // for the mark), so that a double free after the purge is
+                // still caught. (`secure`: the mapping is in quarantine,
+                // `PROT_NONE` and out of the segment map.)
+                #[cfg(not(feature = "secure"))]
+                {
+                    crate::valgrind::header_access(block);
+                    (*(block as *mut crate::page::Block)).freed = crate::page::freed_mark((*s).page_of(block));
+                    crate::valgrind::header_done(block);
+                }
+                let bytes = purged_bytes((*s).mapping_size);
+                stats::committed(-(bytes as isize));
+                crate::policy::purged(bytes);
+                (*s).purged_units = 1;
+                (*s).dirty_units = 0;
             }
-            let bytes = purged_bytes((*s).mapping_size);
-            stats::committed(-(bytes as isize));
-            crate::policy::purged(bytes);
-            (*s).purged_units = 1;
-            (*s).dirty_units = 0;
+            // Refused (locked memory, a sandbox): the mapping keeps its
+            // bytes and stays dirty — handed out again, it is not zero —
+            // and is not tried again (it goes when the cache evicts it).
             (*s).purge_at_ms = 0;
         }
         let victim = huge_cache_put(s);

@@ -345,6 +345,12 @@ fn release(region: usize, units: u128, delay: i64) {
 }
 
 /// Purges the free dirty units of region `region`; returns the bytes.
+///
+/// Units whose purge the OS refuses (locked memory, a sandbox) stay dirty
+/// (a block taken there is not zero), and the freed headers on them go
+/// back into the map (their double frees are still reported); they are
+/// not tried again until used and freed once more. A region left with no
+/// live block is unmapped whatever its purges did.
 fn purge_region(region: usize) -> usize {
     ARENA.lock.lock();
     // SAFETY: the lock is held. The units are marked used while the purge
@@ -362,37 +368,49 @@ fn purge_region(region: usize) -> usize {
     };
     ARENA.lock.unlock();
     let mut rest = units;
+    let mut refused = 0u128;
     while rest != 0 {
         let start = rest.trailing_zeros() as usize;
         let len = ((!(rest >> start)).trailing_zeros() as usize).min(REGION_UNITS - start);
         rest &= !window(start, len);
         let from = base + start * UNIT;
+        let mut headers = 0u128;
         for unit in 0..len {
             let s = (from + unit * UNIT) as *mut Segment;
             if is_segment(s) {
                 map_set(s, false);
+                headers |= 1 << unit;
             }
         }
         // SAFETY: the units are free (no live block), reserved above, and
         // their freed headers are out of the map.
-        unsafe { os::purge(from as *mut u8, len * UNIT) };
+        if !unsafe { os::purge(from as *mut u8, len * UNIT) } {
+            refused |= window(start, len);
+            // The headers keep their freed marks: back into the map.
+            for unit in 0..len {
+                if headers & (1 << unit) != 0 {
+                    map_set((from + unit * UNIT) as *mut Segment, true);
+                }
+            }
+        }
     }
-    let bytes = units.count_ones() as usize * UNIT;
+    let purged = units & !refused;
+    let bytes = purged.count_ones() as usize * UNIT;
     ARENA.lock.lock();
     // SAFETY: the lock is held. A region left without a live block (all
-    // its units free and clean, no freed header in the map) leaves its
+    // its units free, dirty only where a purge was refused) leaves its
     // slot, and is unmapped below.
     let empty = unsafe {
         let r = &mut (*ARENA.regions.get())[region];
         r.used &= !units;
-        r.dirty &= !units;
+        r.dirty &= !purged;
         let past = if r.units == REGION_UNITS {
             0
         } else {
             !window(0, r.units)
         };
-        if r.used & !past == 0 && r.dirty == 0 && r.base != 0 {
-            let gone = (r.base, r.units);
+        if r.used & !past == 0 && r.dirty & !refused == 0 && r.base != 0 {
+            let gone = (r.base, r.units, r.dirty);
             *r = EMPTY;
             *ARENA.mapped.get() -= 1;
             Some(gone)
@@ -401,7 +419,16 @@ fn purge_region(region: usize) -> usize {
         }
     };
     ARENA.lock.unlock();
-    if let Some((base, units)) = empty {
+    if let Some((base, units, dirty)) = empty {
+        // Freed headers left on units whose purge was refused leave the
+        // map with the region.
+        for unit in 0..units {
+            let s = (base + unit * UNIT) as *mut Segment;
+            if dirty & (1 << unit) != 0 && is_segment(s) {
+                map_set(s, false);
+            }
+        }
+        stats::committed(-((dirty.count_ones() as usize * UNIT) as isize));
         // SAFETY: the region has no block and no one can take its units
         // (its slot is empty).
         unsafe { os::unmap(base as *mut u8, units * UNIT) };

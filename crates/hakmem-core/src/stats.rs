@@ -225,6 +225,8 @@ pub fn print_stats() {
         ("munmap", s.os.munmap as u64),
         ("madvise", s.os.madvise as u64),
         ("mremap", s.os.mremap as u64),
+        ("failed", s.os.failed as u64),
+        ("failed_purges", s.os.failed_purges as u64),
     ]);
     print_policy();
     if s.per_class {
@@ -306,7 +308,7 @@ pub fn stats_json(out: &mut [u8]) -> usize {
     let s = stats();
     let mut w = StackText::<4096>::new();
     let p = crate::policy::report();
-    let fields: [(&str, usize); 21] = [
+    let fields: [(&str, usize); 23] = [
         ("committed_bytes", s.committed_bytes),
         ("peak_committed_bytes", s.peak_committed_bytes),
         ("heaps_in_use", s.heaps_in_use),
@@ -322,6 +324,8 @@ pub fn stats_json(out: &mut [u8]) -> usize {
         ("munmap", s.os.munmap),
         ("madvise", s.os.madvise),
         ("mremap", s.os.mremap),
+        ("os_failed", s.os.failed),
+        ("os_failed_purges", s.os.failed_purges),
         ("per_class", s.per_class as usize),
         ("policy_adaptive", p.adaptive as usize),
         ("huge_cache_cap", p.huge_cache_cap),

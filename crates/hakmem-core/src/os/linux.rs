@@ -6,7 +6,7 @@
 use core::ffi::{c_char, c_void, CStr};
 use core::ptr;
 
-pub(crate) use libc::{EINVAL, ENOMEM};
+pub(crate) use libc::{EEXIST, EINVAL, ENOMEM};
 
 /// The calling thread's `errno`.
 pub(crate) fn errno() -> i32 {
@@ -81,23 +81,26 @@ pub(crate) fn map_at(addr: usize, size: usize) -> *mut u8 {
     }
 }
 
-/// Unmaps `[p, p + size)`.
+/// Unmaps `[p, p + size)`; false when the kernel refuses (the range then
+/// stays mapped).
 ///
 /// # Safety
 /// The range must be mapped by `map`/`map_at` and no longer used.
-pub(crate) unsafe fn unmap(p: *mut u8, size: usize) {
+pub(crate) unsafe fn unmap(p: *mut u8, size: usize) -> bool {
     // SAFETY: the caller guarantees the range is ours and unused.
-    unsafe { libc::munmap(p.cast(), size) };
+    unsafe { libc::munmap(p.cast(), size) == 0 }
 }
 
 /// Gives the pages of `[p, p + size)` back (`MADV_DONTNEED`): the range
-/// stays mapped and reads as zero when touched again.
+/// stays mapped and reads as zero when touched again. False when the
+/// kernel refuses (locked pages: `EINVAL`; a seccomp filter: `EPERM`):
+/// the bytes are then untouched.
 ///
 /// # Safety
 /// The range must be mapped and hold no live data.
-pub(crate) unsafe fn purge(p: *mut u8, size: usize) {
+pub(crate) unsafe fn purge(p: *mut u8, size: usize) -> bool {
     // SAFETY: the caller guarantees the range is ours and unused.
-    unsafe { libc::madvise(p.cast(), size, libc::MADV_DONTNEED) };
+    unsafe { libc::madvise(p.cast(), size, libc::MADV_DONTNEED) == 0 }
 }
 
 /// Whether every page of `[p, p + size)` is mapped (by anyone):

@@ -55,12 +55,21 @@ pub struct OsCounters {
     pub madvise: usize,
     /// `mremap` calls.
     pub mremap: usize,
+    /// Calls the OS refused, of every kind (a failed `mmap` included):
+    /// each one was handled (docs/DESIGN.md, "When the OS says no").
+    pub failed: usize,
+    /// Purges (`madvise(MADV_DONTNEED)`) the OS refused: locked memory
+    /// (`mlockall`), a sandbox. The range stays resident and counts as
+    /// dirty (never as zero) until it is used again.
+    pub failed_purges: usize,
 }
 
 static MMAP_CALLS: AtomicUsize = AtomicUsize::new(0);
 static MUNMAP_CALLS: AtomicUsize = AtomicUsize::new(0);
 static MADVISE_CALLS: AtomicUsize = AtomicUsize::new(0);
 static MREMAP_CALLS: AtomicUsize = AtomicUsize::new(0);
+static FAILED_CALLS: AtomicUsize = AtomicUsize::new(0);
+static FAILED_PURGES: AtomicUsize = AtomicUsize::new(0);
 
 /// The OS memory calls made so far by this process's hakmem.
 pub fn os_counters() -> OsCounters {
@@ -69,6 +78,8 @@ pub fn os_counters() -> OsCounters {
         munmap: MUNMAP_CALLS.load(Ordering::Relaxed),
         madvise: MADVISE_CALLS.load(Ordering::Relaxed),
         mremap: MREMAP_CALLS.load(Ordering::Relaxed),
+        failed: FAILED_CALLS.load(Ordering::Relaxed),
+        failed_purges: FAILED_PURGES.load(Ordering::Relaxed),
     }
 }
 
@@ -120,10 +131,29 @@ pub(crate) fn map(size: usize) -> *mut u8 {
     let _keep = KeepErrno::new();
     MMAP_CALLS.fetch_add(1, Ordering::Relaxed);
     let p = sys::map(size);
-    if !p.is_null() {
+    if p.is_null() {
+        failed("mmap");
+    } else {
         graveyard::mapped(p, size);
     }
     p
+}
+
+/// Counts a call the OS refused; the first one of each process is
+/// reported under `HAKMEM_VERBOSE=1` (every failure is handled: nothing
+/// is printed otherwise, as a `malloc` returning null prints nothing).
+#[cold]
+#[inline(never)]
+fn failed(call: &str) {
+    if FAILED_CALLS.fetch_add(1, Ordering::Relaxed) == 0 && crate::config::config().verbose {
+        let mut line = Line::new();
+        line.push(b"hakmem: the OS refused a call (");
+        line.push(call.as_bytes());
+        line.push(b", errno ");
+        line.push_i64(i64::from(errno()));
+        line.push(b"); handled: counted in the statistics' `failed`, this is reported once\n");
+        line.write();
+    }
 }
 
 /// Unmaps `[p, p + size)`, a range this module mapped.
@@ -140,7 +170,11 @@ pub(crate) unsafe fn unmap(p: *mut u8, size: usize) {
         return;
     }
     // SAFETY: the caller guarantees the range is ours and unused.
-    unsafe { sys::unmap(p, size) };
+    if !unsafe { sys::unmap(p, size) } {
+        // Still mapped (splitting a mapping past `vm.max_map_count`): the
+        // range is lost to hakmem, not to the program.
+        failed("munmap");
+    }
 }
 
 /// Under loom, nothing is unmapped while a model runs: a thread the model
@@ -205,6 +239,10 @@ pub(crate) fn map_at(addr: usize, size: usize) -> *mut u8 {
     MMAP_CALLS.fetch_add(1, Ordering::Relaxed);
     let p = sys::map_at(addr, size);
     if p.is_null() {
+        // A taken range (`EEXIST`) is the common answer, not a failure.
+        if errno() != sys::EEXIST {
+            failed("mmap");
+        }
         return p;
     }
     graveyard::mapped(p, size);
@@ -257,16 +295,27 @@ pub(crate) fn map_aligned(size: usize, align: usize, offset: usize) -> *mut u8 {
 /// drops at once (unlike `MADV_FREE`, which waits for memory pressure and so
 /// leaves RSS high in every measurement a user makes).
 ///
+/// Returns whether the OS did it. When it refuses (`EINVAL` on locked
+/// memory after `mlockall`, `EPERM` from a seccomp filter, `EAGAIN`), the
+/// range keeps its bytes: the caller must go on treating it as dirty —
+/// never as zero — and not count it as given back.
+///
 /// # Safety
 /// The range must be mapped by this module and hold no live data.
-pub(crate) unsafe fn purge(p: *mut u8, size: usize) {
+#[must_use = "a refused purge leaves the range dirty"]
+pub(crate) unsafe fn purge(p: *mut u8, size: usize) -> bool {
     if size == 0 {
-        return;
+        return true;
     }
     let _keep = KeepErrno::new();
     MADVISE_CALLS.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the caller guarantees the range is ours and unused.
-    unsafe { sys::purge(p, size) };
+    let done = unsafe { sys::purge(p, size) };
+    if !done {
+        FAILED_PURGES.fetch_add(1, Ordering::Relaxed);
+        failed("madvise(MADV_DONTNEED)");
+    }
+    done
 }
 
 /// Whether every page of `[p, p + size)` is mapped (by anyone).

@@ -92,7 +92,8 @@ pub(crate) unsafe fn tidy_for_retire(heap: *mut Heap) {
     }
     // The segments it emptied wait in the cache: they too go back now
     // (a thread whose frees emptied them may be the last to run here).
-    purge_global(now, true);
+    // The other retired heaps stay: they wait for the next threads.
+    purge_pass(now, true, false);
 }
 
 /// Slow-path releases (a page given back by a free) run the heap's due
@@ -181,9 +182,19 @@ pub(crate) fn global_purge_due(now: u64) -> bool {
 }
 
 /// Purges cached segments and huge mappings that are due at `now` (all of
-/// them when `force`). One thread at a time does the pass; entries are
-/// taken off their list for the system calls so no lock is held across them.
+/// them when `force`), and abandons the retired heaps that waited their
+/// time (all of them when `force`: `collect(true)` gives back everything
+/// it can). One thread at a time does the pass; entries are taken off
+/// their list for the system calls so no lock is held across them.
 pub(crate) fn purge_global(now: u64, force: bool) {
+    purge_pass(now, force, force);
+}
+
+/// `purge_global`, with the forced abandoning of retired heaps apart:
+/// `abandon_retired` abandons them all, else only those that waited
+/// `RETIRED_MAX_AGE_MS` (a thread's exit purges everything now, but
+/// leaves the heaps retired before its own waiting for new threads).
+fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
     let due = GLOBAL_PURGE_AT.load(Ordering::Relaxed);
     if !force && now < due {
         return;
@@ -204,7 +215,7 @@ pub(crate) fn purge_global(now: u64, force: bool) {
     let mut next = purge_list(&SEGMENT_CACHE, SEGMENT_CACHE_MAX, now, force);
     next = next.min(purge_list(&ABANDONED, usize::MAX, now, force));
     next = next.min(huge::purge_huge_cache(now, force));
-    next = next.min(crate::abandon::age_retired(now, force));
+    next = next.min(crate::abandon::age_retired(now, abandon_retired));
     if next != u64::MAX {
         GLOBAL_PURGE_AT.fetch_min(next, Ordering::Relaxed);
     }

@@ -145,6 +145,19 @@ impl Heap {
     pub(crate) fn is_local(&self) -> bool {
         !self.parent.is_null()
     }
+
+    /// Whether this is an orphaned local heap: its thread has exited and
+    /// given its memory up (local.rs); it allocates nothing.
+    #[inline]
+    pub(crate) fn is_orphaned(&self) -> bool {
+        self.parent == EXITED_HEAP.get()
+    }
+
+    /// Whether nothing is attached to the heap: no segment, no huge block,
+    /// no local heap. Only such a heap may go back to the pool.
+    fn owns_nothing(&self) -> bool {
+        self.segments.is_null() && self.huge.is_null() && self.locals.is_null()
+    }
 }
 
 impl Heap {
@@ -326,6 +339,15 @@ pub(crate) fn heap_new() -> *mut Heap {
 /// `heap` must be a heap from `heap_new` that no thread uses and nothing
 /// else refers to (but stale notifications: see `Heap::reset`).
 pub(crate) unsafe fn pool_put(heap: *mut Heap) {
+    // SAFETY: the caller hands the heap over: it is ours to read.
+    if !unsafe { (*heap).owns_nothing() } {
+        // A heap reused from the pool starts empty (`reset`): whatever is
+        // still attached here would be forgotten, or worse, named by a
+        // stale link that a later free follows into the new heap's lists.
+        // Kept out of the pool instead (a few KiB leaked, never reused).
+        debug_assert!(false, "a heap went back to the pool with memory attached");
+        return;
+    }
     pool_lock();
     // SAFETY: the pool lock is held; the caller hands the heap over.
     unsafe {

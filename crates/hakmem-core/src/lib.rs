@@ -251,11 +251,18 @@ mod front {
     }
 
     /// A huge block for `heap`, listed in it when it is a local heap (so
-    /// that destroying the heap frees it).
+    /// that destroying the heap frees it). None for an orphaned local heap
+    /// (its thread has exited: it allocates nothing, local.rs), whose
+    /// struct goes back to the pool when its handle is deleted or
+    /// destroyed — with nothing listed in it.
     ///
     /// # Safety
     /// As for [`alloc_generic`].
     unsafe fn alloc_huge(heap: *mut Heap, size: usize, align: usize) -> (*mut u8, bool) {
+        // SAFETY: the caller's guarantee: heap is a valid heap.
+        if unsafe { (*heap).is_orphaned() } {
+            return (ptr::null_mut(), false);
+        }
         let (p, zero) = huge::huge_alloc(size, align);
         // SAFETY: the caller's guarantee; p is a huge block just allocated
         // for heap, so segment_of(p) is its fresh huge segment.

@@ -94,7 +94,7 @@ pub(crate) fn local_new() -> *mut Heap {
 /// `heap` must be a local heap.
 unsafe fn is_orphaned(heap: *mut Heap) -> bool {
     // SAFETY: the caller's guarantee.
-    unsafe { (*heap).parent == EXITED_HEAP.get() }
+    unsafe { (*heap).is_orphaned() }
 }
 
 /// Takes `heap` off its thread heap's list of local heaps.

@@ -12,6 +12,12 @@
 //!   its references to the C++ runtime are weak (see the file), so C
 //!   programs using libhakmem do not need one.
 //!
+//! - Links `libhakmem.so` with `-z nodelete`: a program that opens it with
+//!   `dlopen` and closes it while threads that allocated through it live
+//!   on must not unmap it, as their exit runs hakmem's thread-exit hook
+//!   (issue 22; hakmem-core also pins itself at run time, for Rust
+//!   plugins whose link flags are not ours).
+//!
 //! `hakmem-ffi-secure` runs this script too (its `build` key): it compiles
 //! the same sources into `libhakmem_secure`, so every path here is taken
 //! from hakmem-ffi's folder, not from the package being built.
@@ -25,6 +31,7 @@ fn main() {
     println!("cargo:rerun-if-changed={}", ffi_dir.join("cbindgen.toml").display());
     compile_new_handler(&ffi_dir);
     generate_header(&ffi_dir);
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
 }
 
 /// hakmem-ffi's folder: the package being built, or its sibling when the

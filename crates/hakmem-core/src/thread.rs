@@ -144,7 +144,33 @@ pub(crate) fn init_heap() -> *mut Heap {
     if let Some(key) = thread_key() {
         os::thread_key_set(key, heap as *mut c_void);
     }
+    keep_loaded_once();
     heap
+}
+
+/// Whether the object holding hakmem has been pinned (or a thread is at it).
+#[cfg(not(hakmem_loom))]
+static PINNED: crate::sync::plain::AtomicBool = crate::sync::plain::AtomicBool::new(false);
+
+/// Keeps the object holding this code loaded for good, once, as the first
+/// thread's exit hook is registered (issue 22, hole 3): a library carrying
+/// hakmem (libhakmem.so opened with `dlopen`, a Rust `cdylib` with `Hakmem`
+/// as its global allocator) may be unloaded with `dlclose` while threads
+/// that allocated through it live on, and their exit would then call a
+/// key destructor in an unmapped library. libhakmem.so is linked with `-z
+/// nodelete` as well; a plugin's link flags are not ours, hence this.
+///
+/// Runs at the end of `init_heap`, holding nothing: it takes the loader's
+/// lock, and a thread that holds that lock (inside `dlopen`) may be
+/// allocating at the same time. No thread waits for it (the flag is a
+/// claim, not a lock), so no lock order can form.
+#[cfg(not(hakmem_loom))]
+fn keep_loaded_once() {
+    // Relaxed: the claim orders nothing; a second pin would be harmless.
+    if PINNED.load(Ordering::Relaxed) || PINNED.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    os::keep_loaded(thread_exit as *const c_void);
 }
 
 #[cfg(not(hakmem_loom))]

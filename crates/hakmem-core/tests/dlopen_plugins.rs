@@ -113,6 +113,47 @@ fn a_hundred_plugins_with_dlopen_tls_load_and_allocate_from_several_threads() {
     assert!(stdout.contains("ran "), "{stdout}");
 }
 
+/// Issue 22, hole 3: the plugin unloaded (`dlclose`) while threads that
+/// allocated through it live on; their exit runs hakmem's thread-exit hook
+/// (a pthread-key destructor) — which must still be there: hakmem keeps
+/// the object that holds it loaded (`RTLD_NODELETE`). Before, the exit
+/// jumped into the unmapped library (SIGSEGV).
+fn threads_exit_after_the_plugin_is_unloaded(dlopen_tls: bool) {
+    if !common::have_tool("cc", "dlopen_plugins") {
+        return;
+    }
+    let plugin = build_plugin(dlopen_tls);
+    let name = if dlopen_tls {
+        "unload-dlopen-tls"
+    } else {
+        "unload-default"
+    };
+    let out = Command::new(build_host(name))
+        .arg("unload")
+        .arg(&plugin)
+        .arg(HOST_THREADS)
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("the host runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(&format!("exited {HOST_THREADS}\n")),
+        "host failed ({}): {stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn threads_exit_after_the_plugin_is_unloaded_with_dlopen_tls() {
+    threads_exit_after_the_plugin_is_unloaded(true);
+}
+
+#[test]
+fn threads_exit_after_the_plugin_is_unloaded_without_dlopen_tls() {
+    threads_exit_after_the_plugin_is_unloaded(false);
+}
+
 #[test]
 fn without_dlopen_tls_the_plugins_run_out_of_static_tls() {
     if cfg!(any(hakmem_portable, not(target_arch = "x86_64"))) {

@@ -321,6 +321,27 @@ fn shared_library_uses_initial_exec_tls_only() {
     );
 }
 
+/// Issue 22, hole 3: libhakmem.so opened with `dlopen`, used by threads,
+/// closed with `dlclose` while they live; their exit runs hakmem's
+/// thread-exit hook, which must still be mapped (the library is linked
+/// with `-z nodelete`; without it the program crashed at the exits).
+#[test]
+fn threads_exit_after_libhakmem_is_closed() {
+    let readelf = Command::new("readelf")
+        .arg("-d")
+        .arg(&libs().shared)
+        .output()
+        .expect("run readelf");
+    let dynamic = String::from_utf8_lossy(&readelf.stdout);
+    assert!(dynamic.contains("NODELETE"), "libhakmem.so is not NODELETE:\n{dynamic}");
+    let exe = compile_c("dlclose.c", Link::Preload, &[]);
+    let mut command = Command::new(&exe);
+    command.arg(&libs().shared);
+    let outcome = run(command, false, LIMIT);
+    outcome.assert_success("dlclose.c");
+    assert_eq!(outcome.stdout_text(), "exited 4\n");
+}
+
 #[test]
 fn address_space_exhaustion_gives_null_and_enomem() {
     for link in [Link::Preload, Link::Archive] {

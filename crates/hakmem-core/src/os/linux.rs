@@ -287,6 +287,31 @@ pub(crate) fn thread_id() -> usize {
     unsafe { libc::pthread_self() as usize }
 }
 
+/// Keeps the shared object holding `code` loaded for good: a `dlclose`
+/// of it no longer unmaps it (`dlopen` with `RTLD_NOLOAD | RTLD_NODELETE`
+/// on the object `dladdr` names). Nothing for the main program or a
+/// static one. Returns whether an object was pinned.
+pub(crate) fn keep_loaded(code: *const c_void) -> bool {
+    // SAFETY: dladdr only reads the loader's tables; info is a valid place
+    // to write.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    if unsafe { libc::dladdr(code, &mut info) } == 0 || info.dli_fname.is_null() {
+        return false;
+    }
+    // The main program's headers lie at the start of its image: never
+    // unloaded, nothing to do (and its name may not open).
+    // SAFETY: getauxval has no preconditions.
+    let program_headers = unsafe { libc::getauxval(libc::AT_PHDR) } as usize;
+    let base = info.dli_fbase as usize;
+    if program_headers >= base && program_headers - base < 64 * 1024 {
+        return false;
+    }
+    // SAFETY: dli_fname names an object that is loaded (it holds `code`);
+    // RTLD_NOLOAD never loads anything, it only marks the object.
+    let handle = unsafe { libc::dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE) };
+    !handle.is_null()
+}
+
 /// Registers `fork` handlers.
 pub(crate) fn at_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
     // SAFETY: the handlers are valid for the life of the process.

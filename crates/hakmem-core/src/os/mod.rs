@@ -23,7 +23,9 @@
 //! * `write_stderr` (one write), `abort`;
 //! * `for_each_env` (the environment, without allocating);
 //! * thread keys with a destructor run at thread exit (`thread_key_create`,
-//!   `_delete`, `_get`, `_set`), `thread_id`, `at_fork`, `at_exit`.
+//!   `_delete`, `_get`, `_set`), `thread_id`, `at_fork`, `at_exit`;
+//! * `keep_loaded` (the object holding hakmem never unloaded; may do
+//!   nothing where objects are never unloaded).
 
 #[cfg(target_os = "linux")]
 #[path = "linux.rs"]
@@ -37,6 +39,16 @@ compile_error!(
 pub(crate) use sys::{
     at_exit, at_fork, for_each_env, thread_key_create, thread_key_delete, thread_key_set, ThreadKey, EINVAL, ENOMEM,
 };
+
+/// Keeps the shared object holding `code` loaded for the life of the
+/// process, so that hooks registered with the system (the thread-exit key
+/// destructor, `fork` handlers) never point into an unmapped library after
+/// a `dlclose` (`RTLD_NODELETE` semantics). Nothing for the main program.
+/// `errno` is left alone.
+pub(crate) fn keep_loaded(code: *const core::ffi::c_void) -> bool {
+    let _keep = KeepErrno::new();
+    sys::keep_loaded(code)
+}
 // The portable thread binding's (arch/portable.rs).
 #[allow(unused_imports)]
 pub(crate) use sys::{thread_id, thread_key_get};

@@ -13,6 +13,13 @@
  * Or: host mixed PLUGIN ITERS. Loads one plugin and runs its headline loop
  * (plugin_mixed) for ITERS operations; prints "<ns per operation>"
  * (docs/BENCHMARKS.md, "TLS in a dlopen'ed library").
+ *
+ * Or: host unload PLUGIN THREADS. Loads one plugin, has THREADS threads
+ * allocate through it (each gets a heap of the plugin's hakmem, whose
+ * thread-exit hook is registered then), unloads it with dlclose while
+ * they wait, then lets them exit: the hooks run after the dlclose.
+ * Prints "exited <threads>" (issue 22: the exit crashed when dlclose had
+ * unmapped the plugin).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -57,8 +64,54 @@ static int mixed(const char *path, const char *iters_arg) {
     return 0;
 }
 
+static pthread_barrier_t allocated, unloaded;
+
+typedef uint64_t (*touch_fn)(size_t size);
+
+static void *allocate_then_wait(void *arg) {
+    touch_fn touch = (touch_fn)arg;
+    if (touch(1000) != 1000) failed = 1;
+    pthread_barrier_wait(&allocated);
+    pthread_barrier_wait(&unloaded);
+    return NULL;
+}
+
+static int unload(const char *path, const char *threads_arg) {
+    int threads = atoi(threads_arg);
+    if (threads < 1 || threads > 64) return 2;
+    void *plugin = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (plugin == NULL) {
+        fprintf(stderr, "host: dlopen %s: %s\n", path, dlerror());
+        return 1;
+    }
+    touch_fn touch = (touch_fn)dlsym(plugin, "plugin_touch");
+    if (touch == NULL) {
+        fprintf(stderr, "host: dlsym %s: %s\n", path, dlerror());
+        return 1;
+    }
+    pthread_barrier_init(&allocated, NULL, (unsigned)threads + 1);
+    pthread_barrier_init(&unloaded, NULL, (unsigned)threads + 1);
+    pthread_t t[64];
+    for (int i = 0; i < threads; i++)
+        if (pthread_create(&t[i], NULL, allocate_then_wait, (void *)touch) != 0) return 2;
+    pthread_barrier_wait(&allocated);
+    if (dlclose(plugin) != 0) {
+        fprintf(stderr, "host: dlclose: %s\n", dlerror());
+        return 1;
+    }
+    pthread_barrier_wait(&unloaded);
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    if (failed) {
+        fprintf(stderr, "host: the plugin reported a wrong block\n");
+        return 3;
+    }
+    printf("exited %d\n", threads);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "mixed") == 0) return mixed(argv[2], argv[3]);
+    if (argc == 4 && strcmp(argv[1], "unload") == 0) return unload(argv[2], argv[3]);
     if (argc != 4) {
         fprintf(stderr, "usage: host DIR N THREADS\n");
         return 2;

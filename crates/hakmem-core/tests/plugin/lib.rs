@@ -114,3 +114,14 @@ pub extern "C" fn plugin_mixed(iters: u64) -> u64 {
     }
     ns
 }
+
+/// Allocates and frees `size` bytes through `Hakmem` on the calling
+/// thread and returns the sum of the bytes (`size`): the thread gets a
+/// heap (and hakmem's thread-exit hook) and nothing else of the plugin's
+/// — no thread-local of std, whose destructors would keep the plugin
+/// loaded until the thread exits (tests/dlopen_plugins.rs, unloading).
+#[no_mangle]
+pub extern "C" fn plugin_touch(size: usize) -> u64 {
+    let v = std::hint::black_box(vec![1u8; size]);
+    v.iter().map(|&b| u64::from(b)).sum()
+}

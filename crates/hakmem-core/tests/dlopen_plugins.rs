@@ -154,6 +154,46 @@ fn threads_exit_after_the_plugin_is_unloaded_without_dlopen_tls() {
     threads_exit_after_the_plugin_is_unloaded(false);
 }
 
+/// Issue 22, hole 7: with `dlopen-tls` and the plugin's TLS placed
+/// dynamically, a thread's first allocation goes through glibc's
+/// `_dl_tlsdesc_dynamic`, which may call `malloc` without saving vector
+/// registers (glibc before 2.40); floating-point values live across the
+/// allocation must survive it (tests/plugin/tlsdesc_host.c overwrites
+/// every vector register in its `malloc`).
+#[test]
+fn floating_point_values_survive_a_first_allocation_through_a_tls_descriptor() {
+    if cfg!(any(hakmem_portable, not(target_arch = "x86_64"))) {
+        return; // no TLS descriptor: the portable binding uses a thread key
+    }
+    if !common::have_tool("cc", "dlopen_plugins") {
+        return;
+    }
+    let plugin = build_plugin(true);
+    let host = work_dir().join("tlsdesc_host");
+    std::fs::create_dir_all(work_dir()).unwrap();
+    let cc = Command::new("cc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&host)
+        .arg(plugin_dir().join("tlsdesc_host.c"))
+        .args(["-ldl", "-lpthread"])
+        .output()
+        .expect("cc runs");
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let out = Command::new(&host)
+        .arg(&plugin)
+        .env("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=0")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("the host runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.starts_with("same"),
+        "host ({}): {stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn without_dlopen_tls_the_plugins_run_out_of_static_tls() {
     if cfg!(any(hakmem_portable, not(target_arch = "x86_64"))) {

@@ -79,6 +79,66 @@ pub(crate) fn set_thread_heap(heap: *mut Heap) {
     }
 }
 
+/// The TLS descriptor call, `$op` after it (with the slot's offset from
+/// the thread pointer in rax), and what the call may change besides rax
+/// and the flags: the vector and x87 registers. The TLSDESC ABI promises
+/// every other register preserved, and glibc's integer-register saves keep
+/// that promise; but before glibc 2.40 its `_dl_tlsdesc_dynamic` (the
+/// descriptor of a module whose TLS is placed dynamically) calls
+/// `__tls_get_addr` — and through it `malloc` — on a thread's first access
+/// without saving the vector registers (glibc bug 31372; Debian 12 has
+/// 2.36). Declared clobbered, they are saved by the compiler only where a
+/// value is live across the call (a caller's floating-point values, with
+/// the fast path inlined into it: tests/dlopen_plugins.rs).
+#[cfg(all(feature = "dlopen-tls", not(target_feature = "avx512f")))]
+macro_rules! tls_descriptor_asm {
+    ($op:literal, $($operands:tt)*) => {
+        core::arch::asm!(
+            "lea rax, [rip + hakmem_core_0_1_thread_heap@TLSDESC]",
+            "call qword ptr [rax + hakmem_core_0_1_thread_heap@TLSCALL]",
+            $op,
+            $($operands)*
+            out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
+            out("xmm4") _, out("xmm5") _, out("xmm6") _, out("xmm7") _,
+            out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _,
+            out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _,
+            out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
+            out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
+            out("mm0") _, out("mm1") _, out("mm2") _, out("mm3") _,
+            out("mm4") _, out("mm5") _, out("mm6") _, out("mm7") _,
+        )
+    };
+}
+
+/// `tls_descriptor_asm` where AVX-512 is on (`-C target-cpu=...`): its
+/// sixteen more vector registers and mask registers too (glibc's AVX-512
+/// string functions use them).
+#[cfg(all(feature = "dlopen-tls", target_feature = "avx512f"))]
+macro_rules! tls_descriptor_asm {
+    ($op:literal, $($operands:tt)*) => {
+        core::arch::asm!(
+            "lea rax, [rip + hakmem_core_0_1_thread_heap@TLSDESC]",
+            "call qword ptr [rax + hakmem_core_0_1_thread_heap@TLSCALL]",
+            $op,
+            $($operands)*
+            out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
+            out("xmm4") _, out("xmm5") _, out("xmm6") _, out("xmm7") _,
+            out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _,
+            out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _,
+            out("zmm16") _, out("zmm17") _, out("zmm18") _, out("zmm19") _,
+            out("zmm20") _, out("zmm21") _, out("zmm22") _, out("zmm23") _,
+            out("zmm24") _, out("zmm25") _, out("zmm26") _, out("zmm27") _,
+            out("zmm28") _, out("zmm29") _, out("zmm30") _, out("zmm31") _,
+            out("k1") _, out("k2") _, out("k3") _, out("k4") _,
+            out("k5") _, out("k6") _, out("k7") _,
+            out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
+            out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
+            out("mm0") _, out("mm1") _, out("mm2") _, out("mm3") _,
+            out("mm4") _, out("mm5") _, out("mm6") _, out("mm7") _,
+        )
+    };
+}
+
 /// The calling thread's heap (the static empty heap until its first allocation).
 #[cfg(feature = "dlopen-tls")]
 #[inline(always)]
@@ -87,17 +147,13 @@ pub(crate) fn thread_heap() -> *mut Heap {
     // SAFETY: the TLS descriptor sequence for the slot defined above: the
     // linker and the dynamic linker fill in the descriptor, whose function
     // returns the slot's offset from the thread pointer in rax and
-    // preserves every other register (the TLSDESC ABI; it may change the
-    // flags). The call uses the stack (no `nostack`, so the compiler keeps
-    // it aligned and leaves the red zone alone) and may write memory (the
-    // dynamic case allocates the module's TLS block on first use).
+    // preserves every other general register (the TLSDESC ABI; it may
+    // change the flags, and the vector registers, declared clobbered by
+    // the macro). The call uses the stack (no `nostack`, so the compiler
+    // keeps it aligned and leaves the red zone alone) and may write memory
+    // (the dynamic case allocates the module's TLS block on first use).
     unsafe {
-        core::arch::asm!(
-            "lea rax, [rip + hakmem_core_0_1_thread_heap@TLSDESC]",
-            "call qword ptr [rax + hakmem_core_0_1_thread_heap@TLSCALL]",
-            "mov rax, qword ptr fs:[rax]",
-            out("rax") heap,
-        );
+        tls_descriptor_asm!("mov rax, qword ptr fs:[rax]", out("rax") heap,);
     }
     heap
 }
@@ -107,13 +163,7 @@ pub(crate) fn thread_heap() -> *mut Heap {
 pub(crate) fn set_thread_heap(heap: *mut Heap) {
     // SAFETY: as in `thread_heap`; the store goes to this thread's slot.
     unsafe {
-        core::arch::asm!(
-            "lea rax, [rip + hakmem_core_0_1_thread_heap@TLSDESC]",
-            "call qword ptr [rax + hakmem_core_0_1_thread_heap@TLSCALL]",
-            "mov qword ptr fs:[rax], {h}",
-            h = in(reg) heap,
-            out("rax") _,
-        );
+        tls_descriptor_asm!("mov qword ptr fs:[rax], {h}", h = in(reg) heap, out("rax") _,);
     }
 }
 

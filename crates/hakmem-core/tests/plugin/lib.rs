@@ -125,3 +125,30 @@ pub extern "C" fn plugin_touch(size: usize) -> u64 {
     let v = std::hint::black_box(vec![1u8; size]);
     v.iter().map(|&b| u64::from(b)).sum()
 }
+
+/// Issue 22, hole 7: eight floating-point values live across an
+/// allocation through `Hakmem` (its fast path inlined here, as in any
+/// program), on the calling thread's first allocation. With `dlopen-tls`,
+/// and the plugin's TLS placed dynamically, that first access runs glibc's
+/// `_dl_tlsdesc_dynamic`, which (before glibc 2.40) does not save vector
+/// registers around the `malloc` it may call. Returns the values' sum
+/// after the allocation (the caller compares with the same sum computed
+/// again: they differ when the registers were not restored).
+#[no_mangle]
+pub extern "C" fn plugin_floats_across_alloc(seed: f64) -> f64 {
+    use std::alloc::{GlobalAlloc, Layout};
+    use std::hint::black_box;
+    let x = black_box(seed);
+    let (a, b, c, d) = (x * 1.5, x + 2.25, x * x, x - 0.125);
+    let (e, f, g, h) = (a * b, c + d, a - c, b * d);
+    let layout = Layout::from_size_align(64, 8).unwrap();
+    // SAFETY: a non-zero size; the block is freed below with its layout.
+    let p = unsafe { GLOBAL.alloc(layout) };
+    black_box(p);
+    let sum = a + b + c + d + e + f + g + h;
+    if !p.is_null() {
+        // SAFETY: as above.
+        unsafe { GLOBAL.dealloc(p, layout) };
+    }
+    sum
+}

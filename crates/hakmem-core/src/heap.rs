@@ -95,10 +95,45 @@ pub(crate) struct Heap {
     /// through `Segment::next/prev`; under huge.rs's lock, as any thread
     /// may free one of them.
     pub(crate) huge: *mut Segment,
+    /// A thread heap in use by a live thread: its place on the list of
+    /// such heaps (`abandon::live_*`, under that list's lock), which finds
+    /// the heaps of threads that are gone without having run their exit
+    /// hook.
+    pub(crate) live: LiveEntry,
     /// Set by a remote free that ended a parked-full state in one of our
     /// segments. The one field other threads write: on a line of its own,
     /// so those writes never evict the direct tables.
     pub(crate) notified: CachePadded<AtomicBool>,
+}
+
+/// A heap's entry on the list of live thread heaps (abandon.rs): the
+/// thread's kernel ids, when the heap was given to it, whether it has been
+/// seen alive since, and the links. All zero off the list.
+#[derive(Clone, Copy)]
+pub(crate) struct LiveEntry {
+    /// The thread's kernel ids (process, thread); (0, 0) off the list.
+    pub(crate) ids: (i32, i32),
+    /// Bumped at every listing, so that a look that found the thread gone
+    /// never acts on a later listing of the same heap.
+    pub(crate) generation: u32,
+    /// The thread was found alive once at least `abandon::LIVE_CHECK_MS`
+    /// after the listing: it is not one that died at birth (see abandon.rs).
+    pub(crate) checked: bool,
+    /// When the heap was listed (ms).
+    pub(crate) listed_ms: u64,
+    pub(crate) next: *mut Heap,
+    pub(crate) prev: *mut Heap,
+}
+
+impl LiveEntry {
+    pub(crate) const NONE: Self = Self {
+        ids: (0, 0),
+        generation: 0,
+        checked: false,
+        listed_ms: 0,
+        next: ptr::null_mut(),
+        prev: ptr::null_mut(),
+    };
 }
 
 /// A static with interior mutability that is never written (the empty page
@@ -195,6 +230,7 @@ impl Heap {
             local_next: ptr::null_mut(),
             local_prev: ptr::null_mut(),
             huge: ptr::null_mut(),
+            live: LiveEntry::NONE,
             notified,
         }
     }
@@ -388,6 +424,11 @@ impl Heap {
         self.local_next = ptr::null_mut();
         self.local_prev = ptr::null_mut();
         self.huge = ptr::null_mut();
+        // The generation goes on counting: it tells listings apart.
+        self.live = LiveEntry {
+            generation: self.live.generation,
+            ..LiveEntry::NONE
+        };
         // Relaxed: a stale notification that lands after this only costs
         // a scan.
         self.notified.store(false, Ordering::Relaxed);

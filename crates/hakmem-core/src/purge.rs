@@ -190,10 +190,12 @@ pub(crate) fn purge_global(now: u64, force: bool) {
     purge_pass(now, force, force);
 }
 
-/// `purge_global`, with the forced abandoning of retired heaps apart:
-/// `abandon_retired` abandons them all, else only those that waited
-/// `RETIRED_MAX_AGE_MS` (a thread's exit purges everything now, but
-/// leaves the heaps retired before its own waiting for new threads).
+/// `purge_global`, with the forced work on threads apart: with
+/// `abandon_retired` it abandons every retired heap and looks for every
+/// thread not yet seen alive (`abandon::reap_exited`), else only for what
+/// is due (a thread's exit purges everything now, but leaves the heaps
+/// retired before its own waiting for new threads, and costs no look at
+/// the other threads).
 fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
     let due = GLOBAL_PURGE_AT.load(Ordering::Relaxed);
     if !force && now < due {
@@ -216,6 +218,10 @@ fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
     next = next.min(purge_list(&ABANDONED, usize::MAX, now, force));
     next = next.min(huge::purge_huge_cache(now, force));
     next = next.min(crate::abandon::age_retired(now, abandon_retired));
+    #[cfg(not(hakmem_loom))]
+    {
+        next = next.min(crate::abandon::reap_exited(now, abandon_retired));
+    }
     if next != u64::MAX {
         GLOBAL_PURGE_AT.fetch_min(next, Ordering::Relaxed);
     }

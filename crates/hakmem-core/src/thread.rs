@@ -144,6 +144,8 @@ pub(crate) fn init_heap() -> *mut Heap {
     if let Some(key) = thread_key() {
         os::thread_key_set(key, heap as *mut c_void);
     }
+    // SAFETY: the calling thread's heap, on no list.
+    unsafe { crate::abandon::live_add(heap) };
     keep_loaded_once();
     heap
 }
@@ -218,12 +220,16 @@ extern "C" fn thread_exit(value: *mut c_void) {
     }
     // SAFETY: the key's value is the heap this thread created in init_heap,
     // used by no other thread.
-    unsafe { crate::abandon::heap_retire(heap) };
+    unsafe {
+        crate::abandon::live_remove(heap);
+        crate::abandon::heap_retire(heap);
+    }
 }
 
 #[cfg(not(hakmem_loom))]
 extern "C" fn fork_prepare() {
     arch::fork_lock();
+    crate::abandon::lock_live();
     heap::pool_lock();
     crate::abandon::lock_retired();
     arena::lock_all();
@@ -234,6 +240,7 @@ extern "C" fn fork_parent() {
     arena::unlock_all();
     crate::abandon::unlock_retired();
     heap::pool_unlock();
+    crate::abandon::unlock_live();
     arch::fork_unlock();
 }
 
@@ -242,6 +249,8 @@ extern "C" fn fork_child() {
     arena::unlock_all();
     crate::abandon::unlock_retired();
     heap::pool_unlock();
+    // The child's thread has new kernel ids: its heap is listed anew.
+    crate::abandon::live_fork_child(heap());
     arch::fork_unlock();
     crate::remote::fork_child_repair();
 }

@@ -312,6 +312,26 @@ pub(crate) fn keep_loaded(code: *const c_void) -> bool {
     !handle.is_null()
 }
 
+/// The kernel's id of the calling process (`getpid`).
+pub(crate) fn process_id() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+/// The kernel's id of the calling thread (`gettid`).
+pub(crate) fn kernel_thread_id() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// Whether thread `tid` of process `pid` still exists: `tgkill` with
+/// signal 0 (no signal is sent) fails with `ESRCH` only when it does not.
+pub(crate) fn thread_exists(pid: i32, tid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the thread exists.
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, 0) };
+    r == 0 || errno() != libc::ESRCH
+}
+
 /// Registers `fork` handlers.
 pub(crate) fn at_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
     // SAFETY: the handlers are valid for the life of the process.

@@ -25,7 +25,9 @@
 //! * thread keys with a destructor run at thread exit (`thread_key_create`,
 //!   `_delete`, `_get`, `_set`), `thread_id`, `at_fork`, `at_exit`;
 //! * `keep_loaded` (the object holding hakmem never unloaded; may do
-//!   nothing where objects are never unloaded).
+//!   nothing where objects are never unloaded);
+//! * `kernel_ids` and `thread_exists` (finding heaps of threads that are
+//!   gone without having run their exit hook).
 
 #[cfg(target_os = "linux")]
 #[path = "linux.rs"]
@@ -39,6 +41,21 @@ compile_error!(
 pub(crate) use sys::{
     at_exit, at_fork, for_each_env, thread_key_create, thread_key_delete, thread_key_set, ThreadKey, EINVAL, ENOMEM,
 };
+
+/// The kernel's ids of the calling thread: (process, thread).
+pub(crate) fn kernel_ids() -> (i32, i32) {
+    let _keep = KeepErrno::new();
+    (sys::process_id(), sys::kernel_thread_id())
+}
+
+/// Whether the thread with the kernel ids `(pid, tid)` (from
+/// `kernel_ids`) still exists. A thread id is only reused after the
+/// kernel has forgotten the thread, so "no" is certain; "yes" may be a
+/// new thread that got the id (the caller then asks again later).
+pub(crate) fn thread_exists((pid, tid): (i32, i32)) -> bool {
+    let _keep = KeepErrno::new();
+    sys::thread_exists(pid, tid)
+}
 
 /// Keeps the shared object holding `code` loaded for the life of the
 /// process, so that hooks registered with the system (the thread-exit key

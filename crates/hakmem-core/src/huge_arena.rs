@@ -337,9 +337,20 @@ fn release(region: usize, units: u128, delay: i64) {
     };
     ARENA.lock.unlock();
     if delay == 0 || over {
-        let purged = purge_region(region);
-        if over {
-            crate::policy::huge_evicted(purged);
+        let done = crate::purge::try_purge_now(|| {
+            let purged = purge_region(region);
+            if over {
+                crate::policy::huge_evicted(purged);
+            }
+        });
+        if !done {
+            // A purge pass is running (or a fork waits for one): it, or
+            // the next, purges the region.
+            ARENA.lock.lock();
+            // SAFETY: the lock is held.
+            unsafe { (*ARENA.regions.get())[region].purge_at = 1 };
+            ARENA.lock.unlock();
+            GLOBAL_PURGE_AT.fetch_min(1, Ordering::Relaxed);
         }
     }
 }

@@ -330,6 +330,30 @@ fn end_epoch(now: u64) {
     BUSY.store(0, Ordering::Release);
 }
 
+/// Takes `BUSY`, waiting out a decision in progress (a few microseconds).
+fn lock_busy() {
+    while BUSY
+        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        core::hint::spin_loop();
+    }
+}
+
+/// `fork` prepare: hold `BUSY` across the fork. A decision in progress on
+/// a thread that does not exist in the child would leave it held there for
+/// good: the policy would never decide again, and `report` (the statistics)
+/// would wait forever.
+pub(crate) fn fork_lock() {
+    lock_busy();
+}
+
+/// `fork` parent/child: release what `fork_lock` took.
+pub(crate) fn fork_unlock() {
+    // Release: publishes the holder's writes, as in `end_epoch`.
+    BUSY.store(0, Ordering::Release);
+}
+
 /// What the policy is doing, for the statistics report.
 #[derive(Clone, Copy, Debug)]
 pub struct PolicyReport {
@@ -354,12 +378,7 @@ pub struct PolicyReport {
 /// The policy's state now. Waits out a decision in progress (a few
 /// microseconds at most).
 pub fn report() -> PolicyReport {
-    while BUSY
-        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        core::hint::spin_loop();
-    }
+    lock_busy();
     // SAFETY: BUSY is held.
     let shared = unsafe { &*SHARED.0.get() };
     let n = shared.logged.min(LOG_LEN);
@@ -383,6 +402,59 @@ pub fn report() -> PolicyReport {
 #[cfg(all(test, not(hakmem_loom)))]
 mod tests {
     use super::*;
+
+    /// Issue 22, hole 6: a fork while another thread holds `BUSY` (a
+    /// decision in progress) leaves it free in the child: `report` (the
+    /// statistics) returns there (before, it waited forever).
+    #[test]
+    fn a_fork_during_a_decision_leaves_the_policy_free_in_the_child() {
+        extern crate std;
+        use std::sync::atomic::AtomicBool;
+        use std::time::{Duration, Instant};
+        static HELD: AtomicBool = AtomicBool::new(false);
+        // hakmem's fork handlers are registered with the first heap.
+        // SAFETY: a block of this allocator, freed once.
+        unsafe { crate::free(crate::malloc(16)) };
+        let holder = std::thread::spawn(|| {
+            lock_busy();
+            HELD.store(true, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(300));
+            fork_unlock();
+        });
+        while !HELD.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        // SAFETY: the child only reads the policy and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let _ = report();
+            // SAFETY: ends the child without running the parent's exit code.
+            unsafe { libc::_exit(0) };
+        }
+        assert!(pid > 0);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut status = 0;
+        let done = loop {
+            // SAFETY: pid is our child.
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+                break true;
+            }
+            if Instant::now() > deadline {
+                // SAFETY: our child, stuck.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        holder.join().unwrap();
+        assert!(
+            done,
+            "the child's statistics waited for a decision of a thread it lacks"
+        );
+    }
     extern crate std;
     use std::vec::Vec;
 

@@ -18,7 +18,7 @@ use crate::page_queue::queue_remove;
 use crate::refill::{maybe_free_segment, release_page};
 use crate::remote::{flush_remote, process_notified};
 use crate::segment::{self, Segment};
-use crate::sync::{plain::AtomicU64, Ordering};
+use crate::sync::{global, plain::AtomicU64, Ordering, SpinLock};
 use crate::thread;
 use core::ptr;
 
@@ -212,6 +212,7 @@ fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
     if force {
         GLOBAL_PURGE_AT.store(u64::MAX, Ordering::Relaxed);
     }
+    PURGE_LOCK.lock_yielding();
     // Cached and abandoned segments: take each list whole, purge the due
     // pages, put the segments back (no lock is held across the calls).
     let mut next = purge_list(&SEGMENT_CACHE, SEGMENT_CACHE_MAX, now, force);
@@ -222,9 +223,42 @@ fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
     {
         next = next.min(crate::abandon::reap_exited(now, abandon_retired));
     }
+    PURGE_LOCK.unlock();
     if next != u64::MAX {
         GLOBAL_PURGE_AT.fetch_min(next, Ordering::Relaxed);
     }
+}
+
+global! {
+    /// Held by a global purge pass from start to end (and by the huge
+    /// arena's immediate purges): what a pass takes off a list for its
+    /// system calls is back on it before anyone else holds the lock. `fork`
+    /// takes it first, so a child never starts with segments or arena
+    /// units a vanished purger had taken off their lists (issue 22: they
+    /// were lost to the child). Held across system calls: waiters yield.
+    static PURGE_LOCK: SpinLock = SpinLock::new();
+}
+
+/// `fork` prepare: wait for a purge in progress, and hold off the next.
+pub(crate) fn lock_purges() {
+    PURGE_LOCK.lock_yielding();
+}
+
+/// `fork` parent/child: release what `lock_purges` took.
+pub(crate) fn unlock_purges() {
+    PURGE_LOCK.unlock();
+}
+
+/// Runs `purge` under the purge lock if no pass holds it; false (nothing
+/// run) otherwise — the caller leaves the work due for that pass or the
+/// next (never waits: a pass may be what called it).
+pub(crate) fn try_purge_now(purge: impl FnOnce()) -> bool {
+    if !PURGE_LOCK.try_lock() {
+        return false;
+    }
+    purge();
+    PURGE_LOCK.unlock();
+    true
 }
 
 /// Takes every segment off `list`, purges its due pages (all when `force`)
@@ -242,6 +276,7 @@ fn purge_list(list: &SegmentList, limit: usize, now: u64, force: bool) -> u64 {
         unsafe { (*seg).next = taken };
         taken = seg;
     }
+    crate::sync::race_window(crate::sync::Window::PurgeTaken);
     while !taken.is_null() {
         // SAFETY: taken was popped above: exclusively ours; its free pages
         // hold no live block (remote frees only touch in-use pages).
@@ -261,4 +296,66 @@ fn purge_list(list: &SegmentList, limit: usize, now: u64, force: bool) -> u64 {
         }
     }
     next
+}
+
+/// Tests of the protocol windows, in the `hakmem_race_windows` build only
+/// (scripts/test runs them there).
+#[cfg(all(test, hakmem_race_windows))]
+mod window_tests {
+    extern crate std;
+    use crate::sync::{set_window_hook, Window};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    static IN_WINDOW: AtomicBool = AtomicBool::new(false);
+
+    /// Stays a while inside the window where a purge pass has its
+    /// segments off their list, so that another thread forks meanwhile.
+    fn linger_with_segments_taken(window: Window) {
+        // The abandoned list's turn (the pass takes the cache's first).
+        let taken = crate::arena::abandoned_count() == 0;
+        if window == Window::PurgeTaken && taken && !IN_WINDOW.swap(true, Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// Issue 22, hole 6: a fork while a purge pass has the abandoned
+    /// segments off their list gives the child a list with all of them:
+    /// `fork` waits for the pass (before, the child lost them).
+    #[test]
+    fn a_fork_during_a_purge_pass_loses_no_abandoned_segment() {
+        let _serial = crate::sync::serial_window_tests();
+        // An abandoned segment: a thread's block kept, its heap retired,
+        // then abandoned by `collect(true)`.
+        let kept = std::thread::spawn(|| crate::malloc(100) as usize).join().unwrap();
+        crate::collect(true);
+        let abandoned = crate::abandoned_count();
+        assert!(abandoned >= 1, "the thread's segment was abandoned");
+        let purger = std::thread::spawn(|| {
+            set_window_hook(Some(linger_with_segments_taken));
+            crate::collect(true);
+            set_window_hook(None);
+        });
+        while !IN_WINDOW.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        // SAFETY: the child only counts the list and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let code = if crate::abandoned_count() >= abandoned { 0 } else { 1 };
+            // SAFETY: ends the child without running the parent's exit code.
+            unsafe { libc::_exit(code) };
+        }
+        assert!(pid > 0);
+        let mut status = 0;
+        // SAFETY: pid is our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        purger.join().unwrap();
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child's abandoned list lost segments the purge pass held at the fork (status {status:#x})"
+        );
+        // SAFETY: a live block of the exited thread, freed once.
+        unsafe { crate::free(kept as *mut u8) };
+    }
 }

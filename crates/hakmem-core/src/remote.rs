@@ -220,9 +220,10 @@ pub(crate) unsafe fn process_notified(heap: *mut Heap) {
 /// its push and `end_notify`) does not exist in the child, so its page
 /// would stay `NOTIFYING` and every release of it would wait forever. The
 /// child is alone: clear the bit on the pages it can reach — its own
-/// heap's and the abandoned segments' — and redo the notification the
-/// lost thread may not have finished (the page's bit and the heap's flag;
-/// a reclaimer takes every page of an abandoned segment in anyway).
+/// heap's, its local heaps', the retired heaps' and the abandoned
+/// segments' — and redo the notification the lost thread may not have
+/// finished (the page's bit and the heap's flag; a reclaimer takes every
+/// page of an abandoned segment in anyway).
 #[cfg(not(hakmem_loom))]
 pub(crate) fn fork_child_repair() {
     let heap = thread::heap();
@@ -242,13 +243,24 @@ pub(crate) fn fork_child_repair() {
             }
         }
     };
-    if !is_static_heap(heap) {
-        // SAFETY: the heap is this (the only) thread's.
-        let mut seg = unsafe { (*heap).segments };
+    let repair_heap = |owner: *mut Heap| {
+        // SAFETY: the heap is this (the only) thread's, or one of its
+        // local heaps (also its alone).
+        let mut seg = unsafe { (*owner).segments };
         while !seg.is_null() {
-            repair(seg, heap);
+            repair(seg, owner);
             // SAFETY: as above.
             seg = unsafe { (*seg).next };
+        }
+    };
+    if !is_static_heap(heap) {
+        repair_heap(heap);
+        // SAFETY: as above: the thread heap's list of its local heaps.
+        let mut local = unsafe { (*heap).locals };
+        while !local.is_null() {
+            repair_heap(local);
+            // SAFETY: as above.
+            local = unsafe { (*local).local_next };
         }
     }
     arena::abandoned_for_each(|seg| repair(seg, ptr::null_mut()));
@@ -359,5 +371,90 @@ mod tests {
     #[test]
     fn batched_remote_frees_reach_their_pages_when_the_freeing_thread_collects() {
         remote_frees_reach_their_pages(Flush::Collect);
+    }
+}
+
+/// Tests of the protocol windows, in the `hakmem_race_windows` build only
+/// (scripts/test runs them there).
+#[cfg(all(test, hakmem_race_windows))]
+mod window_tests {
+    extern crate std;
+    use crate::sync::{set_window_hook, Window};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    static NOTIFYING: AtomicBool = AtomicBool::new(false);
+
+    /// Stays a while between a remote push into a parked page and the end
+    /// of its notification (the page `NOTIFYING`), so that the page's
+    /// owner forks meanwhile.
+    fn linger_while_notifying(window: Window) {
+        if window == Window::RemoteNotify && !NOTIFYING.swap(true, Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// Issue 22, hole 6: a fork while another thread is telling a local
+    /// heap's owner about its large block (its page `NOTIFYING`): in the
+    /// child, where that thread does not exist, destroying the local heap
+    /// releases the page — which waits for the notifier to finish. The
+    /// child's repair must clear the bit on local heaps' pages too (before,
+    /// the child waited forever).
+    #[test]
+    fn a_fork_while_a_local_heap_page_is_notifying_leaves_the_child_able_to_release_it() {
+        let _serial = crate::sync::serial_window_tests();
+        let heap = crate::LocalHeap::new();
+        // A large block: its page is parked at once, so the first remote
+        // free notifies.
+        let p = heap.alloc(300_000, 16) as usize;
+        assert!(p != 0);
+        let freer = std::thread::spawn(move || {
+            set_window_hook(Some(linger_while_notifying));
+            // SAFETY: a live block of the local heap, freed once.
+            unsafe { crate::free(p as *mut u8) };
+            set_window_hook(None);
+        });
+        while !NOTIFYING.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        // SAFETY: the child destroys the heap and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: the block was freed (by the thread the child lacks);
+            // nothing of the heap is used after this.
+            unsafe { heap.destroy() };
+            // SAFETY: ends the child without running the parent's exit code.
+            unsafe { libc::_exit(0) };
+        }
+        assert!(pid > 0);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut status = 0;
+        let done = loop {
+            // SAFETY: pid is our child.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == pid {
+                break true;
+            }
+            if Instant::now() > deadline {
+                // SAFETY: our child, stuck.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        freer.join().unwrap();
+        assert!(
+            done,
+            "the child hung releasing a page left NOTIFYING by a thread it lacks"
+        );
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child status {status:#x}"
+        );
+        // SAFETY: nothing of the heap is used after this.
+        unsafe { heap.destroy() };
     }
 }

@@ -90,6 +90,9 @@ pub(crate) enum Window {
     /// argument is the old header's address.
     #[cfg_attr(feature = "secure", allow(dead_code))]
     HugeRemap(usize),
+    /// A global purge pass has taken a list's segments off it for its
+    /// system calls and not yet put them back (`purge::purge_list`).
+    PurgeTaken,
 }
 
 /// Marks a protocol window. Nothing in a normal build. With
@@ -102,6 +105,8 @@ pub(crate) fn race_window(_window: Window) {
     windows::enter(_window);
 }
 
+#[cfg(all(test, hakmem_race_windows))]
+pub(crate) use windows::serial as serial_window_tests;
 #[cfg(hakmem_race_windows)]
 #[allow(unused_imports)]
 pub(crate) use windows::set_window_hook;
@@ -120,6 +125,15 @@ mod windows {
     #[allow(dead_code)] // used by the window tests only
     pub(crate) fn set_window_hook(hook: Option<fn(Window)>) {
         HOOK.with(|h| h.set(hook));
+    }
+
+    /// Window tests that fork take this: a fork waits for a purge pass in
+    /// progress (`purge::lock_purges`), so one test's lingering purge
+    /// would let another's window close before its fork.
+    #[cfg(test)]
+    pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(super) fn enter(window: Window) {
@@ -160,6 +174,26 @@ impl SpinLock {
         }
     }
 
+    /// Takes the lock if it is free; false otherwise.
+    pub(crate) fn try_lock(&self) -> bool {
+        // Acquire: as in `lock`.
+        !self.locked.load(Ordering::Relaxed) && !self.locked.swap(true, Ordering::Acquire)
+    }
+
+    /// `lock` for a lock held across system calls (the purge lock): spins
+    /// a little, then yields the CPU between tries.
+    pub(crate) fn lock_yielding(&self) {
+        let mut spins = 0u32;
+        while !self.try_lock() {
+            spins += 1;
+            if spins < 64 {
+                spin_hint();
+            } else {
+                crate::os::yield_now();
+            }
+        }
+    }
+
     pub(crate) fn unlock(&self) {
         // Release: publishes this holder's writes to the next `lock`.
         self.locked.store(false, Ordering::Release);
@@ -194,6 +228,28 @@ impl SpinLock {
                 loom::sync::MutexGuard<'static, ()>,
             >(guard));
         }
+    }
+
+    /// Takes the lock if it is free; false otherwise.
+    pub(crate) fn try_lock(&self) -> bool {
+        match self.mutex.try_lock() {
+            Ok(guard) => {
+                // SAFETY: as in `lock`.
+                unsafe {
+                    *self.guard.get() = Some(core::mem::transmute::<
+                        loom::sync::MutexGuard<'_, ()>,
+                        loom::sync::MutexGuard<'static, ()>,
+                    >(guard));
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// `lock` (loom's mutex blocks without spinning).
+    pub(crate) fn lock_yielding(&self) {
+        self.lock();
     }
 
     pub(crate) fn unlock(&self) {

@@ -228,29 +228,36 @@ extern "C" fn thread_exit(value: *mut c_void) {
 
 #[cfg(not(hakmem_loom))]
 extern "C" fn fork_prepare() {
+    // In lock order: a purge pass (PURGE) takes the list locks below it.
     arch::fork_lock();
+    crate::purge::lock_purges();
     crate::abandon::lock_live();
     heap::pool_lock();
     crate::abandon::lock_retired();
     arena::lock_all();
+    crate::policy::fork_lock();
 }
 
 #[cfg(not(hakmem_loom))]
 extern "C" fn fork_parent() {
+    crate::policy::fork_unlock();
     arena::unlock_all();
     crate::abandon::unlock_retired();
     heap::pool_unlock();
     crate::abandon::unlock_live();
+    crate::purge::unlock_purges();
     arch::fork_unlock();
 }
 
 #[cfg(not(hakmem_loom))]
 extern "C" fn fork_child() {
+    crate::policy::fork_unlock();
     arena::unlock_all();
     crate::abandon::unlock_retired();
     heap::pool_unlock();
     // The child's thread has new kernel ids: its heap is listed anew.
     crate::abandon::live_fork_child(heap());
+    crate::purge::unlock_purges();
     arch::fork_unlock();
     crate::remote::fork_child_repair();
 }

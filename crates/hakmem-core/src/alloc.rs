@@ -253,12 +253,12 @@ pub(crate) unsafe fn alloc_large(heap: *mut Heap, size: usize) -> (*mut u8, bool
         (*page).set_carved(1);
         (*page).used = 1;
         (*page).flags = PAGE_IN_FULL;
-        crate::valgrind::header_access((*page).start);
-        (*((*page).start as *mut Block)).freed = 0;
+        crate::valgrind::header_access((*page).start());
+        (*((*page).start() as *mut Block)).freed = 0;
         (*heap).counts.count_alloc(stats::LARGE_ROW);
         stats::large_alloc();
         let parked = (*page).try_set_full_notify();
         debug_assert!(parked);
-        ((*page).start, (*page).zero_init)
+        ((*page).start(), (*page).zero_init)
     }
 }

@@ -230,7 +230,7 @@ unsafe fn blocks_destroyed(page: *mut Page) {
     // SAFETY: the caller's guarantee: the page is ours, its lists too.
     unsafe {
         (*page).collect_remote();
-        let (start, block_size) = ((*page).start, (*page).block_size);
+        let (start, block_size) = ((*page).start(), (*page).block_size);
         let mut block = (*page).free;
         while !block.is_null() {
             let i = (block as usize - start as usize) / block_size;

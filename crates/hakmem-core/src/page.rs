@@ -121,6 +121,15 @@ pub(crate) fn freed_mark(page: *const Page) -> usize {
     page as usize
 }
 
+/// What `Page::start_word` is XORed with: the top bit with the `valgrind`
+/// feature (a value no pointer has: memcheck never takes it for one),
+/// nothing otherwise.
+const START_HIDE: usize = if crate::valgrind::ENABLED {
+    1 << (usize::BITS - 1)
+} else {
+    0
+};
+
 /// Low bit of `remote_free`: the owner parked the page as full and wants to
 /// hear about the first remote free.
 pub(crate) const FULL_NOTIFY: usize = 1;
@@ -187,8 +196,13 @@ pub(crate) struct Page {
     /// `local_owner == my heap` means "mine, and not parked". Written only
     /// by the page's owner (relaxed), read by any freeing thread.
     pub(crate) local_owner: AtomicUsize,
-    /// Address of the first block.
-    pub(crate) start: *mut u8,
+    /// Address of the first block, as `Page::start` reads it: stored as
+    /// is, or (the `valgrind` feature) with its top bit flipped, so that
+    /// memcheck's leak scan, which reads hakmem's headers as it reads any
+    /// memory, does not take it for a pointer to the page's first block —
+    /// a leaked first block (a large block is the only one) would count as
+    /// "still reachable" instead of "definitely lost".
+    start_word: usize,
     /// The inverse, modulo 2^64, of the odd part of `block_size`
     /// (`block_size >> block_shift`): see `block_index`.
     pub(crate) block_inverse: u64,
@@ -280,7 +294,7 @@ impl Page {
             block_shift: 0,
             remote_free,
             local_owner,
-            start: ptr::null_mut(),
+            start_word: 0,
             next: ptr::null_mut(),
             prev: ptr::null_mut(),
             units: 0,
@@ -317,7 +331,7 @@ impl Page {
         // the owner hands out its first block (which orders what follows).
         self.remote_free.store(0, Ordering::Relaxed);
         self.local_owner.store(0, Ordering::Relaxed);
-        self.start = start;
+        self.start_word = start as usize ^ START_HIDE;
         self.next = ptr::null_mut();
         self.prev = ptr::null_mut();
         self.units = units;
@@ -337,6 +351,12 @@ impl Page {
             self.local_free = ptr::null_mut();
             self.rng = self.key ^ crate::os::now_ms() as usize;
         }
+    }
+
+    /// Address of the first block.
+    #[inline(always)]
+    pub(crate) fn start(&self) -> *mut u8 {
+        (self.start_word ^ START_HIDE) as *mut u8
     }
 
     /// A free-list link as stored in a block (`secure`: XORed with the key).
@@ -517,7 +537,7 @@ impl Page {
         debug_assert!(index * 2 < secure::UNIT_TABLE_BYTES);
         // SAFETY: the table lies in front of the blocks (secure.rs), mapped
         // as long as the page is in use, and holds a slot per block.
-        unsafe { &*(self.start.sub(secure::UNIT_TABLE_BYTES) as *const crate::sync::plain::AtomicU16).add(index) }
+        unsafe { &*(self.start().sub(secure::UNIT_TABLE_BYTES) as *const crate::sync::plain::AtomicU16).add(index) }
     }
 
     /// `secure`: the size live block `p` of this page was asked for (for a
@@ -680,8 +700,8 @@ impl Page {
         // SAFETY: blocks base..base+n lie inside the span (n <= remaining),
         // which is mapped read-write and owned by this page's owner.
         unsafe {
-            crate::valgrind::undefined(self.start.add(base * bs), n * bs);
-            let block = |i: u16| self.start.add((base + i as usize) * bs) as *mut Block;
+            crate::valgrind::undefined(self.start().add(base * bs), n * bs);
+            let block = |i: u16| self.start().add((base + i as usize) * bs) as *mut Block;
             // `secure`: the new blocks read as `FILL` and carry the freed
             // mark, as every free block does.
             #[cfg(feature = "secure")]
@@ -698,7 +718,7 @@ impl Page {
             (*block(order[n - 1])).next = self.encode(ptr::null_mut());
             self.on_free_was_free(block(order[n - 1]) as *const u8);
             self.free = block(order[0]);
-            crate::valgrind::no_access(self.start.add(base * bs), n * bs);
+            crate::valgrind::no_access(self.start().add(base * bs), n * bs);
         }
         self.capacity += n as u32;
         self.set_carved(self.capacity);
@@ -762,7 +782,7 @@ impl Page {
     /// One multiply and one rotate, no division.
     #[inline(always)]
     pub(crate) fn block_index(&self, p: *const u8) -> u64 {
-        let off = (p as usize).wrapping_sub(self.start as usize) as u64;
+        let off = (p as usize).wrapping_sub(self.start() as usize) as u64;
         off.wrapping_mul(self.block_inverse)
             .rotate_right(u32::from(self.block_shift))
     }
@@ -946,10 +966,10 @@ impl Page {
     #[cfg_attr(hakmem_loom, allow(dead_code))]
     fn list_len(&self, mut list: *mut Block) -> Option<u32> {
         let mut n = 0u32;
-        let end = self.start as usize + self.capacity as usize * self.block_size;
+        let end = self.start() as usize + self.capacity as usize * self.block_size;
         while !list.is_null() {
             let a = list as usize;
-            if a < self.start as usize || a >= end || !(a - self.start as usize).is_multiple_of(self.block_size) {
+            if a < self.start() as usize || a >= end || !(a - self.start() as usize).is_multiple_of(self.block_size) {
                 return None;
             }
             n += 1;
@@ -1157,7 +1177,7 @@ mod tests {
                     page.pop(1);
                 }
             }
-            let start = page.start as usize;
+            let start = page.start() as usize;
             let end = start + page.capacity as usize * bs;
             for off in (0..(end - start + 2 * bs)).step_by(8) {
                 let expect = off % bs == 0 && start + off < end;
@@ -1244,7 +1264,7 @@ mod tests {
         let mut span = Span::new(4096);
         let mut page = page_over(&mut span, 64);
         assert!(page.extend());
-        let span_start = page.start as usize;
+        let span_start = page.start() as usize;
         let index = |p: *mut u8| (p as usize - span_start) / 64;
         let mut orders = std::collections::BTreeSet::new();
         for round in 0..8 {

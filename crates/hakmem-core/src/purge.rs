@@ -65,7 +65,7 @@ unsafe fn sweep(heap: *mut Heap, release_all: bool) {
                 (*page).collect_remote();
                 let only = (*heap).queues[class].first == page && next.is_null();
                 if (*page).used == 0 && (release_all || !only) {
-                    let seg = segment::segment_of((*page).start.add(1));
+                    let seg = segment::segment_of((*page).start().add(1));
                     queue_remove(heap, page);
                     release_page(heap, seg, page);
                     maybe_free_segment(heap, seg);
@@ -249,6 +249,7 @@ pub(crate) fn unlock_purges() {
     PURGE_LOCK.unlock();
 }
 
+#[cfg(not(feature = "secure"))]
 /// Runs `purge` under the purge lock if no pass holds it; false (nothing
 /// run) otherwise — the caller leaves the work due for that pass or the
 /// next (never waits: a pass may be what called it).

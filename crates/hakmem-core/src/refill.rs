@@ -90,7 +90,7 @@ unsafe fn find_page(heap: *mut Heap, class: usize) -> *mut Page {
                 return page;
             }
             queue_remove(heap, page);
-            let seg = segment::segment_of((*page).start.add(1));
+            let seg = segment::segment_of((*page).start().add(1));
             settle(heap, seg, page);
             if (*page).in_use && (*page).flags == 0 {
                 // Remote frees arrived while parking: settle requeued it.

@@ -336,7 +336,7 @@ fn release(region: usize, units: u128, delay: i64) {
         free_dirty as usize * UNIT > crate::policy::huge_cache_cap()
     };
     ARENA.lock.unlock();
-    if delay == 0 || over {
+    if delay == 0 || over || crate::arena::NO_CACHES {
         let done = crate::purge::try_purge_now(|| {
             let purged = purge_region(region);
             if over {

@@ -31,33 +31,26 @@
 #[cfg(hakmem_loom)]
 extern crate std;
 
-mod abandon;
-mod alloc;
 mod arch;
-mod arena;
-mod class;
+mod check;
 mod config;
-mod free;
-mod heap;
 mod huge;
-#[cfg(not(feature = "secure"))]
-mod huge_arena;
 mod list;
-mod local;
 mod os;
-mod page;
-mod page_queue;
 mod policy;
-mod purge;
-mod refill;
-mod remote;
-mod secure;
 mod segment;
-mod segment_map;
+mod small;
 mod stats;
 mod sync;
 mod thread;
-mod valgrind;
+
+// The modules under their names from before the layer folders.
+use check::{secure, valgrind};
+#[cfg(not(feature = "secure"))]
+use huge::arena as huge_arena;
+use segment::{arena, map as segment_map, purge};
+use small::{alloc, class, free, page, page_queue, refill};
+use thread::{abandon, heap, local, remote};
 
 // The hardened build and the valgrind client requests do not go together:
 // `secure` fills free blocks, keeps a canary after each and checks both

@@ -34,6 +34,10 @@
 //! span heads with `in_use`; a normal segment is in exactly one of: its
 //! owner heap's list, the abandoned list, the cache.
 
+pub(crate) mod arena;
+pub(crate) mod map;
+pub(crate) mod purge;
+
 use crate::heap::Heap;
 use crate::os;
 use crate::page::Page;

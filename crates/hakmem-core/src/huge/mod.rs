@@ -35,6 +35,9 @@
 //! quarantine in the huge cache's slots, `PROT_NONE`, for reuse after 8
 //! more huge frees (`quarantine_put`, `quarantine_take`).
 
+#[cfg(not(feature = "secure"))]
+pub(crate) mod arena;
+
 use crate::arena::{advise_thp, NO_CACHES};
 use crate::heap::Heap;
 use crate::os;

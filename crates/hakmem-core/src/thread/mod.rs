@@ -24,9 +24,14 @@
 //! slot from the static TLS block; see arch/x86_64.rs and the `dlopen-tls`
 //! feature (docs/CONFIG.md) for libraries loaded with `dlopen`.
 
+pub(crate) mod abandon;
+pub(crate) mod heap;
+pub(crate) mod local;
+pub(crate) mod remote;
+
 #[cfg(hakmem_loom)]
 use crate::heap::EMPTY_HEAP;
-use crate::heap::{self, Heap, EXITED_HEAP};
+use crate::heap::{Heap, EXITED_HEAP};
 use crate::sync::{plain::AtomicUsize, Ordering};
 use crate::{arch, arena, os};
 use core::ffi::c_void;

@@ -1,0 +1,4 @@
+//! Checks.
+
+pub(crate) mod secure;
+pub(crate) mod valgrind;

@@ -1,0 +1,147 @@
+//! The `secure` build's per-page state at work: decoding and checking
+//! free-list links, the table of requested sizes, the canary and fill
+//! checks of live and free blocks and their reports, and the page's random
+//! state (the byte-level helpers are in `check/secure.rs`).
+
+use super::{freed_mark, Block, Page, MAP_WORDS};
+use crate::secure;
+use crate::sync::Ordering;
+
+impl Page {
+    /// `next_of`, naming `found_by` in the report of a bad link.
+    #[inline(always)]
+    pub(super) fn next_checked(&self, block: *mut Block, found_by: &str) -> *mut Block {
+        // SAFETY: block is a free block of this page (callers walk its lists).
+        let raw = unsafe { (*block).next };
+        let next = (raw as usize ^ self.key) as *mut Block;
+        if !next.is_null() && !self.is_block_start(next as *const u8) {
+            self.report_write_after_free(block as *const u8, found_by);
+        }
+        next
+    }
+
+    pub(super) fn map_slot(&self, block: *const u8) -> (usize, u64) {
+        let index = self.block_index(block) as usize;
+        ((index / 64) % MAP_WORDS, 1u64 << (index % 64))
+    }
+
+    /// `secure`: checks live block `p` of this page — its canary (`[size,
+    /// block_size)` all `FILL`, else `hakmem: heap overflow`) and the byte
+    /// before it (the previous slot's last byte, or the table's, always
+    /// `FILL`; else `hakmem: heap underflow`) — and returns the size it
+    /// was asked for. `found_by` names the caller in a report.
+    pub(crate) fn check_live(&self, p: *const u8, found_by: &str) -> usize {
+        let size = self.requested_size(p);
+        let bs = self.block_size;
+        // SAFETY: p is a live block of this page: its slot and the byte
+        // before it (the previous slot's, or the unit table's) are mapped.
+        unsafe {
+            if size >= bs || !secure::is_filled(p.add(size), bs - size) {
+                self.report_overflow(p, size, found_by);
+            }
+            if *p.sub(1) != secure::FILL {
+                secure::report(secure::Corruption::Underflow, p, Some(size), -1, found_by);
+            }
+        }
+        size
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn report_overflow(&self, p: *const u8, size: usize, found_by: &str) -> ! {
+        let bs = self.block_size;
+        // SAFETY: p is a live block of this page (see `check_live`).
+        let offset = match unsafe { secure::first_unfilled(p.add(size.min(bs)), bs - size.min(bs)) } {
+            Some(i) => size + i,
+            None => bs,
+        };
+        secure::report(secure::Corruption::Overflow, p, Some(size), offset as isize, found_by)
+    }
+
+    /// `secure`: reports free block `p` as written after its free: the
+    /// first byte that differs from what a free block holds (its link is
+    /// checked by the caller).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn report_write_after_free(&self, p: *const u8, found_by: &str) -> ! {
+        let bs = self.block_size;
+        let mark = freed_mark(self).to_ne_bytes();
+        // SAFETY: p is a block of this page: its bs bytes are mapped.
+        let offset = unsafe {
+            match (0..8).find(|&i| *p.add(8 + i) != mark[i]) {
+                Some(i) => 8 + i,
+                None => secure::first_unfilled(p.add(16), bs - 16).map_or(0, |i| 16 + i),
+            }
+        };
+        let size = self.requested_size(p);
+        let size = (size < bs).then_some(size);
+        secure::report(secure::Corruption::WriteAfterFree, p, size, offset as isize, found_by)
+    }
+
+    /// `secure`: the slot of block `index` in the table of requested sizes
+    /// at the start of the page's unit.
+    #[inline(always)]
+    pub(super) fn size_slot(&self, index: usize) -> &crate::sync::plain::AtomicU16 {
+        debug_assert!(index * 2 < secure::UNIT_TABLE_BYTES);
+        // SAFETY: the table lies in front of the blocks (secure.rs), mapped
+        // as long as the page is in use, and holds a slot per block.
+        unsafe { &*(self.start().sub(secure::UNIT_TABLE_BYTES) as *const crate::sync::plain::AtomicU16).add(index) }
+    }
+
+    /// `secure`: the size live block `p` of this page was asked for (for a
+    /// free block: when it was last handed out).
+    pub(crate) fn requested_size(&self, p: *const u8) -> usize {
+        // Relaxed: see `on_alloc`.
+        self.size_slot(self.block_index(p) as usize).load(Ordering::Relaxed) as usize
+    }
+
+    /// `secure`: gives live block `p` of this page the requested size
+    /// `size` (`realloc` in place; `padded(size) <= block_size`): bytes it
+    /// no longer covers become canary again.
+    pub(crate) fn set_requested_size(&self, p: *mut u8, size: usize) {
+        debug_assert!(secure::padded(size) <= self.block_size);
+        let old = self.requested_size(p);
+        if size < old {
+            // SAFETY: p is the caller's live block; [size, old) was its data.
+            unsafe { secure::fill(p.add(size), old - size) };
+        }
+        // Relaxed: see `on_alloc`.
+        self.size_slot(self.block_index(p) as usize)
+            .store(size as u16, Ordering::Relaxed);
+    }
+
+    /// `secure`: checks that every block on the page's free lists holds
+    /// what a free block holds (`hakmem: write after free` otherwise).
+    /// Called when the page's span is released (all its blocks are free
+    /// then) and at exit, so a write after free is found even when the
+    /// block is never handed out again.
+    pub(crate) fn check_free_blocks(&self, found_by: &str) {
+        let bs = self.block_size;
+        let mut budget = self.capacity;
+        for list in [self.free, self.local_free] {
+            let mut b = list;
+            while !b.is_null() && budget > 0 {
+                let p = b as *const u8;
+                // SAFETY: b is a free block of this page (its lists hold
+                // only block starts: next_checked checks every link).
+                unsafe {
+                    if (*b).freed != freed_mark(self) || !secure::is_filled(p.add(16), bs - 16) {
+                        self.report_write_after_free(p, found_by);
+                    }
+                }
+                b = self.next_checked(b, found_by);
+                budget -= 1;
+            }
+        }
+    }
+
+    /// A random word from the page's state (`secure`; xorshift).
+    pub(super) fn next_random(&mut self) -> usize {
+        let mut x = self.rng | 1;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x
+    }
+}

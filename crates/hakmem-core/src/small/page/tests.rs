@@ -1,0 +1,338 @@
+//! Tests of a page's lists, carving, remote stack and (`secure`) checks.
+
+use super::*;
+extern crate std;
+use std::vec::Vec;
+
+/// Memory for a test span of `len` bytes, 16-byte aligned, with room
+/// in front for the `secure` build's table of requested sizes.
+struct Span(Vec<u128>);
+
+impl Span {
+    fn new(len: usize) -> Self {
+        // Written only to fill the `secure` build's table.
+        #[cfg_attr(not(feature = "secure"), allow(unused_mut))]
+        let mut span = Span(std::vec![0u128; (len + crate::secure::UNIT_TABLE_BYTES).div_ceil(16)]);
+        #[cfg(feature = "secure")]
+        // SAFETY: the table lies inside the span's memory.
+        unsafe {
+            crate::secure::fill(span.0.as_mut_ptr() as *mut u8, crate::secure::UNIT_TABLE_BYTES)
+        };
+        span
+    }
+
+    fn start(&mut self) -> *mut u8 {
+        // SAFETY: the table's bytes lie inside the span's memory.
+        unsafe { (self.0.as_mut_ptr() as *mut u8).add(crate::secure::UNIT_TABLE_BYTES) }
+    }
+
+    fn len(&self) -> usize {
+        self.0.len() * 16 - crate::secure::UNIT_TABLE_BYTES
+    }
+}
+
+fn page_over(span: &mut Span, block_size: usize) -> Page {
+    let mut p = Page::empty();
+    p.init(0, block_size, span.start(), 1, span.len(), false);
+    p.reserved = (span.len() / block_size) as u32;
+    p
+}
+
+/// Frees `block` of `page` as the owner's `free` does, but for the
+/// checks (the freed mark, then the push).
+fn free_local(page: &mut Page, block: *mut u8) {
+    // SAFETY: block is a handed-out block of page.
+    unsafe { (*(block as *mut Block)).freed = freed_mark(page) };
+    page.push(block as *mut Block);
+}
+
+#[test]
+fn carving_is_lazy_and_yields_every_block_once() {
+    let mut span = Span::new(64 * 1024);
+    let mut page = page_over(&mut span, 64);
+    assert_eq!(page.capacity, 0);
+    let mut seen = Vec::new();
+    loop {
+        if page.free.is_null() && !page.extend() {
+            break;
+        }
+        assert!(page.capacity <= 4096 / 64 * (seen.len() as u32 / 64 + 1));
+        seen.push(page.pop(1) as usize);
+        assert!(page.is_valid());
+    }
+    assert_eq!(seen.len(), 1024);
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), 1024);
+}
+
+#[test]
+#[cfg(not(feature = "secure"))]
+fn the_block_freed_last_is_handed_out_first() {
+    let mut span = Span::new(4096);
+    let mut page = page_over(&mut span, 512);
+    assert!(page.extend());
+    let a = page.pop(1);
+    let b = page.pop(1);
+    let c = page.pop(1);
+    free_local(&mut page, a);
+    free_local(&mut page, c);
+    assert_eq!(page.used, 1);
+    assert!(page.is_valid());
+    assert_eq!(page.pop(1), c);
+    assert_eq!(page.pop(1), a);
+    assert_ne!(page.pop(1), b);
+    assert!(page.is_valid());
+}
+
+#[test]
+#[cfg(not(feature = "secure"))]
+fn only_never_handed_out_blocks_of_zeroed_spans_are_fresh() {
+    let mut span = Span::new(4096);
+    let mut page = Page::empty();
+    page.init(0, 256, span.start(), 1, span.len(), true);
+    assert!(page.extend());
+    let (a, fresh) = page.pop_fresh(1);
+    assert!(fresh);
+    // SAFETY: a is a 256-byte block of the span, handed out.
+    unsafe { a.write_bytes(0xAB, 256) };
+    // SAFETY: as above; the second word is where free writes its mark.
+    unsafe { (*(a as *mut Block)).freed = freed_mark(&page) };
+    page.push(a as *mut Block);
+    let (again, fresh) = page.pop_fresh(1);
+    assert_eq!(again, a);
+    assert!(!fresh, "a block handed out before is not fresh");
+    let (_, fresh) = page.pop_fresh(1);
+    assert!(fresh);
+    // The same span, not known to be zero: nothing is fresh.
+    let mut dirty = Page::empty();
+    dirty.init(0, 256, span.start(), 1, span.len(), false);
+    assert!(dirty.extend());
+    assert!(!dirty.pop_fresh(1).1);
+}
+
+#[test]
+fn remote_free_is_collected_by_owner() {
+    let mut span = Span::new(4096);
+    let mut page = page_over(&mut span, 256);
+    assert!(page.extend());
+    let blocks: Vec<*mut u8> = (0..4).map(|_| page.pop(1)).collect();
+    for &b in &blocks {
+        assert!(!page.push_remote(b as *mut Block, b as *mut Block, 1));
+    }
+    assert_eq!(page.used, 4);
+    while !page.free.is_null() {
+        page.pop(1);
+    }
+    let used_before = page.used;
+    page.collect_remote();
+    assert_eq!(page.used, used_before - 4);
+    assert!(page.is_valid());
+}
+
+#[test]
+fn every_span_fits_the_remote_count() {
+    use crate::class::{span_pages, BLOCK_SIZE};
+    for (class, block_size) in BLOCK_SIZE.iter().enumerate() {
+        let blocks = span_pages(class) * crate::segment::PAGE_SIZE / block_size;
+        assert!(blocks <= 4096, "class {class}: {blocks} blocks");
+        assert!(blocks < 1 << (usize::BITS - REMOTE_COUNT_SHIFT));
+    }
+}
+
+#[test]
+fn a_remote_chain_is_counted_and_joined_to_a_non_empty_free() {
+    let mut span = Span::new(4096);
+    let mut page = page_over(&mut span, 256);
+    assert!(page.extend());
+    let b: Vec<*mut Block> = (0..6).map(|_| page.pop(1) as *mut Block).collect();
+    let (b0, b1, b2) = (b[0], b[1], b[2]);
+    // SAFETY: b0..b2 are handed-out blocks of the page, linked into a
+    // chain as a remote batch is.
+    unsafe {
+        (*b0).next = page.encode(b1);
+        (*b1).next = page.encode(b2);
+    }
+    assert!(!page.push_remote(b[0], b[2], 3));
+    assert!(!page.push_remote(b[3], b[3], 1));
+    assert_eq!(page.remote_waiting(), 4);
+    assert!(!page.free.is_null(), "the carved rest is still free");
+    page.collect_remote();
+    assert_eq!(page.used, 2);
+    assert_eq!(page.remote_waiting(), 0);
+    assert!(page.is_valid(), "every block is on free once");
+}
+
+#[test]
+fn odd_inverse_inverts() {
+    for x in [1u64, 3, 5, 7, 9, 25, 63, 0x1234_5677, u64::MAX] {
+        assert_eq!(x.wrapping_mul(odd_inverse(x)), 1, "{x}");
+    }
+}
+
+#[test]
+fn block_starts_are_recognised_without_division() {
+    for bs in [16usize, 48, 80, 1024, 1280, 3584, 57344] {
+        let mut span = Span::new(512 * 1024);
+        let mut page = page_over(&mut span, bs);
+        while page.extend() {
+            while !page.free.is_null() {
+                page.pop(1);
+            }
+        }
+        let start = page.start() as usize;
+        let end = start + page.capacity as usize * bs;
+        for off in (0..(end - start + 2 * bs)).step_by(8) {
+            let expect = off % bs == 0 && start + off < end;
+            assert_eq!(
+                page.is_block_start((start + off) as *const u8),
+                expect,
+                "bs {bs} off {off}"
+            );
+        }
+        // Below the start, far beyond, and at multiples of the block
+        // size past the carved blocks: never a block start.
+        for back in (8..4 * bs).step_by(8) {
+            assert!(!page.is_block_start((start - back) as *const u8), "bs {bs} -{back}");
+        }
+        for k in [page.capacity as usize, page.capacity as usize + 1, 1 << 20, 1 << 40] {
+            assert!(
+                !page.is_block_start(start.wrapping_add(k * bs) as *const u8),
+                "bs {bs} block {k}"
+            );
+        }
+        assert!(!page.is_block_start(core::ptr::null()));
+        assert!(!page.is_block_start(usize::MAX as *const u8));
+    }
+}
+
+#[test]
+fn block_index_is_exact_for_every_class_and_bounded_by_what_is_carved() {
+    let mut sizes: Vec<usize> = crate::class::BLOCK_SIZE.to_vec();
+    sizes.extend([31 * 65536, 31 * 65536 - 4096, 65536, 3 * 65536]);
+    for bs in sizes {
+        let mut page = Page::empty();
+        // A span address only: nothing is read or written through it.
+        let start = 0x7f00_0001_0000usize;
+        page.init(0, bs, start as *mut u8, 1, 64 * bs, false);
+        page.set_carved(5);
+        for k in 0..64usize {
+            let p = (start + k * bs) as *const u8;
+            assert_eq!(page.block_index(p), k as u64, "bs {bs} block {k}");
+            assert_eq!(page.is_block_start(p), k < 5, "bs {bs} block {k}");
+            for delta in [1usize, 8, 16, bs / 2] {
+                if delta % bs != 0 {
+                    assert!(
+                        !page.is_block_start((start + k * bs + delta) as *const u8),
+                        "bs {bs} {k}+{delta}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn full_notify_is_reported_once_to_the_first_remote_pusher() {
+    let mut span = Span::new(1024);
+    let mut page = page_over(&mut span, 256);
+    assert!(page.extend());
+    let blocks: Vec<*mut u8> = (0..4).map(|_| page.pop(1)).collect();
+    assert!(page.try_set_full_notify());
+    assert!(page.push_remote(blocks[0] as *mut Block, blocks[0] as *mut Block, 1));
+    assert!(!page.push_remote(blocks[1] as *mut Block, blocks[1] as *mut Block, 1));
+    assert!(!page.try_set_full_notify(), "blocks are waiting");
+    page.collect_remote();
+    assert_eq!(page.used, 2);
+    // The first pusher has not finished telling the owner: the page
+    // cannot be parked again (nor released) until it has.
+    assert!(page.is_notifying());
+    assert!(!page.try_set_full_notify(), "a notifier is at work");
+    page.end_notify();
+    assert_eq!(page.remote_free.load(Ordering::Relaxed), 0);
+    page.wait_notifier();
+    assert!(page.try_set_full_notify());
+    assert!(
+        page.try_set_full_notify(),
+        "setting it again (a reclaimer does) succeeds"
+    );
+}
+
+/// `secure`: the owner's frees wait on `local_free` until `free` has
+/// run dry, then come back in an order that is neither theirs nor its
+/// reverse (over several pages' worth of tries).
+#[test]
+#[cfg(feature = "secure")]
+fn secure_reuse_is_delayed_and_shuffled() {
+    let mut span = Span::new(4096);
+    let mut page = page_over(&mut span, 64);
+    assert!(page.extend());
+    let span_start = page.start() as usize;
+    let index = |p: *mut u8| (p as usize - span_start) / 64;
+    let mut orders = std::collections::BTreeSet::new();
+    for round in 0..8 {
+        let blocks: Vec<*mut u8> = (0..64).map(|_| page.pop(10)).collect();
+        assert!(page.free.is_null());
+        let mut freed: Vec<usize> = blocks.iter().map(|&b| index(b)).collect();
+        freed.sort_unstable();
+        freed.truncate(32);
+        for &i in &freed {
+            free_local(&mut page, (span_start + i * 64) as *mut u8);
+        }
+        assert!(page.free.is_null() && page.has_local_free(), "round {round}");
+        assert!(page.is_valid());
+        // Nothing comes back before free runs dry; then all of them.
+        page.collect_local();
+        let again: Vec<usize> = (0..32).map(|_| index(page.pop(10))).collect();
+        assert!(page.free.is_null() && !page.has_local_free());
+        let mut sorted = again.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, freed, "every freed block comes back once");
+        orders.insert(again);
+        // Back to a page with every block free, for the next round.
+        for &b in &blocks {
+            if !freed.contains(&index(b)) {
+                free_local(&mut page, b);
+            }
+        }
+        for &i in &freed {
+            free_local(&mut page, (span_start + i * 64) as *mut u8);
+        }
+        page.collect_local();
+    }
+    let ascending: Vec<usize> = (0..32).collect();
+    let descending: Vec<usize> = (0..32).rev().collect();
+    orders.remove(&ascending);
+    orders.remove(&descending);
+    assert!(orders.len() > 1, "the order of reuse is random: {orders:?}");
+}
+
+/// `secure`: a block hands out as `FILL` from its first byte to its
+/// last, notes its requested size, and its canary is checked.
+#[test]
+#[cfg(feature = "secure")]
+fn secure_blocks_are_filled_and_sized() {
+    let mut span = Span::new(4096);
+    let mut page = page_over(&mut span, 48);
+    assert!(page.extend());
+    let p = page.pop(20);
+    // SAFETY: p is a 48-byte block of the span, handed out.
+    unsafe {
+        assert!(crate::secure::is_filled(p, 48));
+        assert_eq!(page.requested_size(p), 20);
+        assert_eq!(page.check_live(p, "test"), 20);
+        p.write_bytes(7, 20);
+        page.set_requested_size(p, 8);
+        assert!(
+            crate::secure::is_filled(p.add(8), 40),
+            "bytes past the new size are canary"
+        );
+        page.on_free(p);
+        assert!(
+            crate::secure::is_filled(p.add(16), 32),
+            "free fills what the block held"
+        );
+    }
+    free_local(&mut page, p);
+    page.check_free_blocks("test");
+}

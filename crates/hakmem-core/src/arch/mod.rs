@@ -30,3 +30,6 @@ mod imp;
 mod imp;
 
 pub(crate) use imp::*;
+
+#[cfg(all(feature = "valgrind", target_arch = "x86_64"))]
+pub(crate) mod valgrind;

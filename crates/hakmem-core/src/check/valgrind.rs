@@ -46,31 +46,7 @@ mod request {
     pub(super) const MAKE_MEM_UNDEFINED: usize = 0x4d43_0001;
     pub(super) const MAKE_MEM_DEFINED: usize = 0x4d43_0002;
 
-    /// Valgrind's client request: `args[0]` the request, `args[1..]` its
-    /// arguments; returns valgrind's answer, or 0 when not running under
-    /// valgrind (the sequence is then a no-op).
-    #[inline(always)]
-    pub(super) fn client_request(args: [usize; 6]) -> usize {
-        let result: usize;
-        // SAFETY: valgrind.h's amd64 sequence: four rotates of rdi by 128
-        // bits in all (rdi unchanged), then `xchg rbx, rbx` (rbx
-        // unchanged). On a real processor it changes nothing but the
-        // flags; under valgrind it is the request, which reads `args`
-        // (kept alive across the asm) and writes only rdx.
-        unsafe {
-            core::arch::asm!(
-                "rol rdi, 3",
-                "rol rdi, 13",
-                "rol rdi, 61",
-                "rol rdi, 51",
-                "xchg rbx, rbx",
-                inout("rdx") 0usize => result,
-                in("rax") args.as_ptr(),
-                options(nostack),
-            );
-        }
-        result
-    }
+    pub(super) use crate::arch::valgrind::client_request;
 }
 
 #[cfg(all(feature = "valgrind", target_arch = "x86_64"))]

@@ -192,7 +192,7 @@ pub(crate) fn purge_global(now: u64, force: bool) {
 
 /// `purge_global`, with the forced work on threads apart: with
 /// `abandon_retired` it abandons every retired heap and looks for every
-/// thread not yet seen alive (`abandon::reap_exited`), else only for what
+/// thread not yet seen alive (`thread::live::reap_exited`), else only for what
 /// is due (a thread's exit purges everything now, but leaves the heaps
 /// retired before its own waiting for new threads, and costs no look at
 /// the other threads).
@@ -221,7 +221,7 @@ fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
     next = next.min(crate::abandon::age_retired(now, abandon_retired));
     #[cfg(not(hakmem_loom))]
     {
-        next = next.min(crate::abandon::reap_exited(now, abandon_retired));
+        next = next.min(crate::thread::live::reap_exited(now, abandon_retired));
     }
     PURGE_LOCK.unlock();
     if next != u64::MAX {

@@ -96,7 +96,7 @@ pub(crate) struct Heap {
     /// may free one of them.
     pub(crate) huge: *mut Segment,
     /// A thread heap in use by a live thread: its place on the list of
-    /// such heaps (`abandon::live_*`, under that list's lock), which finds
+    /// such heaps (`thread::live`, under that list's lock), which finds
     /// the heaps of threads that are gone without having run their exit
     /// hook.
     pub(crate) live: LiveEntry,
@@ -106,7 +106,7 @@ pub(crate) struct Heap {
     pub(crate) notified: CachePadded<AtomicBool>,
 }
 
-/// A heap's entry on the list of live thread heaps (abandon.rs): the
+/// A heap's entry on the list of live thread heaps (thread/live.rs): the
 /// thread's kernel ids, when the heap was given to it, whether it has been
 /// seen alive since, and the links. All zero off the list.
 #[derive(Clone, Copy)]
@@ -116,7 +116,7 @@ pub(crate) struct LiveEntry {
     /// Bumped at every listing, so that a look that found the thread gone
     /// never acts on a later listing of the same heap.
     pub(crate) generation: u32,
-    /// The thread was found alive once at least `abandon::LIVE_CHECK_MS`
+    /// The thread was found alive once at least `live::LIVE_CHECK_MS`
     /// after the listing: it is not one that died at birth (see abandon.rs).
     pub(crate) checked: bool,
     /// When the heap was listed (ms).

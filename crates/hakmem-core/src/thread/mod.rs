@@ -26,6 +26,7 @@
 
 pub(crate) mod abandon;
 pub(crate) mod heap;
+pub(crate) mod live;
 pub(crate) mod local;
 pub(crate) mod remote;
 
@@ -150,7 +151,7 @@ pub(crate) fn init_heap() -> *mut Heap {
         os::thread_key_set(key, heap as *mut c_void);
     }
     // SAFETY: the calling thread's heap, on no list.
-    unsafe { crate::abandon::live_add(heap) };
+    unsafe { crate::thread::live::live_add(heap) };
     keep_loaded_once();
     heap
 }
@@ -226,7 +227,7 @@ extern "C" fn thread_exit(value: *mut c_void) {
     // SAFETY: the key's value is the heap this thread created in init_heap,
     // used by no other thread.
     unsafe {
-        crate::abandon::live_remove(heap);
+        crate::thread::live::live_remove(heap);
         crate::abandon::heap_retire(heap);
     }
 }
@@ -236,7 +237,7 @@ extern "C" fn fork_prepare() {
     // In lock order: a purge pass (PURGE) takes the list locks below it.
     arch::fork_lock();
     crate::purge::lock_purges();
-    crate::abandon::lock_live();
+    crate::thread::live::lock_live();
     heap::pool_lock();
     crate::abandon::lock_retired();
     arena::lock_all();
@@ -249,7 +250,7 @@ extern "C" fn fork_parent() {
     arena::unlock_all();
     crate::abandon::unlock_retired();
     heap::pool_unlock();
-    crate::abandon::unlock_live();
+    crate::thread::live::unlock_live();
     crate::purge::unlock_purges();
     arch::fork_unlock();
 }
@@ -261,7 +262,7 @@ extern "C" fn fork_child() {
     crate::abandon::unlock_retired();
     heap::pool_unlock();
     // The child's thread has new kernel ids: its heap is listed anew.
-    crate::abandon::live_fork_child(heap());
+    crate::thread::live::live_fork_child(heap());
     crate::purge::unlock_purges();
     arch::fork_unlock();
     crate::remote::fork_child_repair();

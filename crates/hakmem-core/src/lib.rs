@@ -44,14 +44,6 @@ mod stats;
 mod sync;
 mod thread;
 
-// The modules under their names from before the layer folders.
-use check::{secure, valgrind};
-#[cfg(not(feature = "secure"))]
-use huge::arena as huge_arena;
-use segment::{arena, map as segment_map, purge};
-use small::{alloc, class, free, page, page_queue, refill};
-use thread::{abandon, heap, local, remote};
-
 // The hardened build and the valgrind client requests do not go together:
 // `secure` fills free blocks, keeps a canary after each and checks both
 // (reads and writes memcheck would report as use of a freed or an
@@ -72,22 +64,25 @@ pub use front::*;
 
 #[cfg(not(hakmem_loom))]
 mod front {
-    use crate::{class, huge, os, purge, secure, segment_map, thread, valgrind};
+    use crate::check::{secure, valgrind};
+    use crate::segment::{map as segment_map, purge};
+    use crate::small::class;
+    use crate::{huge, os, thread};
     use core::alloc::{GlobalAlloc, Layout};
     use core::ptr;
 
-    pub use crate::arena::{abandoned_count, cached_count};
-    pub use crate::class::{MEDIUM_SIZE_MAX, SMALL_SIZE_MAX};
     pub use crate::config::{config, Config, OnError, Policy, DEFAULT_PURGE_DELAY_MS};
-    pub use crate::free::{check_block, free, free_checked};
-    pub use crate::local::LocalHeap;
     pub use crate::os::{os_counters, page_size as os_page_size, Line, OsCounters, StackText};
     pub use crate::policy::{report as policy_report, Decision, PolicyReport};
+    pub use crate::segment::arena::{abandoned_count, cached_count};
     pub use crate::segment::{LARGE_SIZE_MAX, PAGE_SIZE, SEGMENT_SIZE};
+    pub use crate::small::class::{MEDIUM_SIZE_MAX, SMALL_SIZE_MAX};
+    pub use crate::small::free::{check_block, free, free_checked};
     pub use crate::stats::{print_stats, stats, stats_json, Stats, HUGE_ROW, LARGE_ROW, ROWS};
+    pub use crate::thread::local::LocalHeap;
 
-    use crate::heap::Heap;
     use crate::segment::{segment_of, SegmentKind};
+    use crate::thread::heap::Heap;
 
     /// The alignment every allocation gets without asking (C's `max_align_t`).
     pub const MIN_ALIGN: usize = 16;
@@ -175,10 +170,10 @@ mod front {
         let need = secure::padded(size);
         let p = if align <= MIN_ALIGN && need <= SMALL_SIZE_MAX {
             // SAFETY: thread::heap() is this thread's heap.
-            unsafe { crate::alloc::alloc_small(thread::heap(), need, size) }
+            unsafe { crate::small::alloc::alloc_small(thread::heap(), need, size) }
         } else if align <= MIN_ALIGN && need <= secure::CLASS_SIZE_MAX {
             // SAFETY: thread::heap() is this thread's heap; the class holds need.
-            unsafe { crate::alloc::alloc(thread::heap(), class::class_of(need), size) }
+            unsafe { crate::small::alloc::alloc(thread::heap(), class::class_of(need), size) }
         } else {
             alloc_other(size, align)
         };
@@ -229,10 +224,10 @@ mod front {
                         && align <= secure::CLASS_ALIGN_MAX
                         && class::BLOCK_SIZE[c] <= secure::CLASS_SIZE_MAX =>
                 {
-                    (crate::alloc::alloc(heap, c, size), false)
+                    (crate::small::alloc::alloc(heap, c, size), false)
                 }
                 _ if !cfg!(feature = "secure") && size <= LARGE_SIZE_MAX && align <= PAGE_SIZE => {
-                    crate::alloc::alloc_large(heap, size)
+                    crate::small::alloc::alloc_large(heap, size)
                 }
                 _ => alloc_huge(heap, size, align),
             }
@@ -303,7 +298,7 @@ mod front {
         let need = secure::padded(size);
         if align <= MIN_ALIGN && need <= secure::CLASS_SIZE_MAX {
             // SAFETY: the caller's guarantee; class_of(need) holds need.
-            return unsafe { crate::alloc::alloc_zeroed(heap, class::class_of(need), size) };
+            return unsafe { crate::small::alloc::alloc_zeroed(heap, class::class_of(need), size) };
         }
         // SAFETY: the caller's guarantee.
         let (p, zero) = unsafe { alloc_generic(heap, size, align) };
@@ -465,7 +460,7 @@ mod front {
             // and q at least `new_size`.
             unsafe {
                 ptr::copy_nonoverlapping(p, q, used.min(new_size));
-                crate::free::free_in(heap, p);
+                crate::small::free::free_in(heap, p);
             }
         }
         q
@@ -484,9 +479,9 @@ mod front {
         // SAFETY: the caller's guarantee; the class holds need.
         let p = unsafe {
             if align <= MIN_ALIGN && need <= SMALL_SIZE_MAX {
-                crate::alloc::alloc_small(heap, need, size)
+                crate::small::alloc::alloc_small(heap, need, size)
             } else if align <= MIN_ALIGN && need <= secure::CLASS_SIZE_MAX {
-                crate::alloc::alloc(heap, class::class_of(need), size)
+                crate::small::alloc::alloc(heap, class::class_of(need), size)
             } else {
                 alloc_generic(heap, size, align).0
             }
@@ -532,7 +527,7 @@ mod front {
             // the program may read, q at least `new_size`.
             unsafe {
                 ptr::copy_nonoverlapping(p, q, old.min(new_size));
-                crate::free::free_in(heap, p);
+                crate::small::free::free_in(heap, p);
             }
         }
         q

@@ -8,11 +8,11 @@
 
 extern crate std;
 
-use crate::heap::{self, Heap};
 use crate::list::{Linked, LockedList};
-use crate::page::{Block, Page, PAGE_IN_FULL};
 use crate::segment;
+use crate::small::page::{Block, Page, PAGE_IN_FULL};
 use crate::sync::{AtomicU32, Ordering};
+use crate::thread::heap::{self, Heap};
 use loom::sync::Arc;
 use loom::thread;
 use std::boxed::Box;
@@ -147,7 +147,7 @@ fn parked_page_notifies_on_first_remote_free() {
 fn large_block_of_this_thread() -> (*mut Heap, SendPtr<u8>) {
     let heap = crate::thread::init_heap();
     // SAFETY: heap is this thread's heap.
-    let (p, _) = unsafe { crate::alloc::alloc_large(heap, 100_000) };
+    let (p, _) = unsafe { crate::small::alloc::alloc_large(heap, 100_000) };
     assert!(!p.is_null());
     (heap, SendPtr(p))
 }
@@ -158,7 +158,7 @@ fn free_remotely(p: SendPtr<u8>) -> loom::thread::JoinHandle<()> {
     thread::spawn(move || {
         let p = p.0;
         // SAFETY: p is a live block of this allocator, freed once, here.
-        unsafe { crate::free::free_slow(segment::segment_of(p), p) };
+        unsafe { crate::small::free::free_slow(segment::segment_of(p), p) };
     })
 }
 
@@ -176,14 +176,18 @@ fn block_came_back(p: SendPtr<u8>) {
         if !(*seg).is_mapped() {
             return;
         }
-        if crate::arena::abandoned_count() == 0 {
+        if crate::segment::arena::abandoned_count() == 0 {
             assert!(!(*seg).heap.load(Ordering::Relaxed).is_null(), "taken over");
             assert_eq!((*seg).used_pages, 0, "the block came back and its page was released");
             return;
         }
-        assert_eq!(crate::arena::abandoned_count(), 1, "a mapped segment was abandoned");
+        assert_eq!(
+            crate::segment::arena::abandoned_count(),
+            1,
+            "a mapped segment was abandoned"
+        );
         let heap = crate::thread::init_heap();
-        let found = crate::abandon::segment_acquire(heap, 1);
+        let found = crate::thread::abandon::segment_acquire(heap, 1);
         assert_eq!(found, seg, "the abandoned segment is reclaimed");
         assert_eq!((*seg).used_pages, 0, "the block came back and its page was released");
     }
@@ -202,7 +206,7 @@ fn remote_free_notify_racing_owner_exit_touches_no_unmapped_segment() {
         // This thread exits (as thread::thread_exit does).
         crate::thread::set_heap(heap::EXITED_HEAP.get());
         // SAFETY: owner is this thread's heap, no longer used by it.
-        unsafe { crate::abandon::heap_abandon(owner) };
+        unsafe { crate::thread::abandon::heap_abandon(owner) };
         freer.join().unwrap();
         block_came_back(p);
     });
@@ -217,17 +221,17 @@ fn remote_free_notify_racing_reclaim_touches_no_unmapped_segment() {
         let (owner, p) = large_block_of_this_thread();
         crate::thread::set_heap(heap::EXITED_HEAP.get());
         // SAFETY: owner is this thread's heap, no longer used by it.
-        unsafe { crate::abandon::heap_abandon(owner) };
-        assert_eq!(crate::arena::abandoned_count(), 1);
+        unsafe { crate::thread::abandon::heap_abandon(owner) };
+        assert_eq!(crate::segment::arena::abandoned_count(), 1);
         let freer = free_remotely(p);
         let reclaimer = thread::spawn(move || {
             let heap = crate::thread::init_heap();
             // SAFETY: heap is this thread's; it reclaims the abandoned
             // segment (the only one), then exits.
             unsafe {
-                assert!(!crate::abandon::segment_acquire(heap, 1).is_null());
+                assert!(!crate::thread::abandon::segment_acquire(heap, 1).is_null());
                 crate::thread::set_heap(heap::EXITED_HEAP.get());
-                crate::abandon::heap_abandon(heap);
+                crate::thread::abandon::heap_abandon(heap);
             }
         });
         freer.join().unwrap();
@@ -256,10 +260,10 @@ fn remote_free_into_a_parked_page_always_reaches_its_live_owner() {
         let (owner, p) = large_block_of_this_thread();
         let freer = free_remotely(p);
         // SAFETY: owner is this thread's heap.
-        unsafe { crate::remote::take_notifications(owner) };
+        unsafe { crate::thread::remote::take_notifications(owner) };
         freer.join().unwrap();
         // SAFETY: as above.
-        unsafe { crate::remote::take_notifications(owner) };
+        unsafe { crate::thread::remote::take_notifications(owner) };
         assert!(page_released(p), "the owner's slow path took the block in");
     });
 }
@@ -273,12 +277,12 @@ fn remote_free_into_a_reclaimed_parked_page_always_reaches_the_reclaimer() {
         let (owner, p) = large_block_of_this_thread();
         crate::thread::set_heap(heap::EXITED_HEAP.get());
         // SAFETY: owner is this thread's heap, no longer used by it.
-        unsafe { crate::abandon::heap_abandon(owner) };
+        unsafe { crate::thread::abandon::heap_abandon(owner) };
         let freer = free_remotely(p);
         let reclaimer = thread::spawn(|| {
             let heap = crate::thread::init_heap();
             // SAFETY: heap is this thread's.
-            unsafe { assert!(!crate::abandon::segment_acquire(heap, 1).is_null()) };
+            unsafe { assert!(!crate::thread::abandon::segment_acquire(heap, 1).is_null()) };
             SendPtr(heap)
         });
         freer.join().unwrap();
@@ -286,7 +290,7 @@ fn remote_free_into_a_reclaimed_parked_page_always_reaches_the_reclaimer() {
         // The reclaimer's next slow path (its thread is done: this thread
         // stands in for it, as a thread's heap is only ever its own).
         // SAFETY: the reclaimer's thread has finished; nobody else uses it.
-        unsafe { crate::remote::take_notifications(heap.0) };
+        unsafe { crate::thread::remote::take_notifications(heap.0) };
         assert!(page_released(p), "the reclaimer took the block in");
     });
 }
@@ -305,14 +309,14 @@ fn remote_free_into_a_reclaimed_parked_page_always_reaches_the_reclaimer() {
 fn local_heap_block_freed_while_the_heap_is_deleted(large: bool, exit: bool) {
     loom::model(move || {
         let owner = crate::thread::init_heap();
-        let local = crate::local::local_new();
+        let local = crate::thread::local::local_new();
         assert!(!local.is_null());
         // SAFETY: local is this thread's live local heap.
         let p = unsafe {
             if large {
-                crate::alloc::alloc_large(local, 100_000).0
+                crate::small::alloc::alloc_large(local, 100_000).0
             } else {
-                crate::alloc::alloc_small(local, 64, 64)
+                crate::small::alloc::alloc_small(local, 64, 64)
             }
         };
         assert!(!p.is_null());
@@ -323,12 +327,12 @@ fn local_heap_block_freed_while_the_heap_is_deleted(large: bool, exit: bool) {
             free_remotely_and_flush(p)
         };
         // SAFETY: local is this thread's, not used after this.
-        unsafe { crate::local::local_delete(local) };
+        unsafe { crate::thread::local::local_delete(local) };
         if exit {
             // As thread::thread_exit does.
             crate::thread::set_heap(heap::EXITED_HEAP.get());
             // SAFETY: owner is this thread's heap, no longer used by it.
-            unsafe { crate::abandon::heap_abandon(owner) };
+            unsafe { crate::thread::abandon::heap_abandon(owner) };
             freer.join().unwrap();
             if large {
                 block_came_back(p);
@@ -338,7 +342,7 @@ fn local_heap_block_freed_while_the_heap_is_deleted(large: bool, exit: bool) {
         } else {
             freer.join().unwrap();
             // SAFETY: owner is this thread's heap.
-            unsafe { crate::remote::take_notifications(owner) };
+            unsafe { crate::thread::remote::take_notifications(owner) };
             assert!(page_released(p), "the thread heap took the block in");
         }
     });
@@ -354,10 +358,10 @@ fn free_remotely_and_flush(p: SendPtr<u8>) -> loom::thread::JoinHandle<()> {
         // SAFETY: p is a live block of this allocator, freed once, here;
         // thread::heap() is this thread's heap.
         unsafe {
-            crate::free::free_slow(segment::segment_of(p), p);
+            crate::small::free::free_slow(segment::segment_of(p), p);
             let heap = crate::thread::heap();
             if !heap::is_static_heap(heap) {
-                crate::remote::flush_remote(heap);
+                crate::thread::remote::flush_remote(heap);
             }
         }
     })
@@ -371,7 +375,7 @@ fn small_block_came_back(p: SendPtr<u8>) {
     let seg = segment::segment_of(p.0);
     // SAFETY: as in `block_came_back`: the other threads have finished.
     unsafe {
-        if (*seg).is_mapped() && crate::arena::abandoned_count() == 0 {
+        if (*seg).is_mapped() && crate::segment::arena::abandoned_count() == 0 {
             assert!(!(*seg).heap.load(Ordering::Relaxed).is_null(), "taken over");
             let page = (*seg).page_of(p.0);
             assert!(!(*page).in_use || (*page).used == 0, "the block came back once");
@@ -405,28 +409,28 @@ fn local_heap_small_block_freed_remotely_while_the_heap_is_deleted_and_its_threa
 fn local_heap_creator_free_racing_a_remote_free_of_the_same_page() {
     loom::model(|| {
         let _owner = crate::thread::init_heap();
-        let local = crate::local::local_new();
+        let local = crate::thread::local::local_new();
         // Two blocks of one small page, the page parked by hand as
         // `find_page` parks a page it finds without a free block.
         // SAFETY: local is this thread's live local heap; the page is
         // the local heap's, handled as its owner does.
         let (a, b, page) = unsafe {
-            let a = crate::alloc::alloc_small(local, 1024, 1024);
-            let b = crate::alloc::alloc_small(local, 1024, 1024);
+            let a = crate::small::alloc::alloc_small(local, 1024, 1024);
+            let b = crate::small::alloc::alloc_small(local, 1024, 1024);
             let seg = segment::segment_of(a);
             let page = (*seg).page_of(a);
             assert_eq!(page, (*seg).page_of(b));
             while !(*page).free.is_null() || (*page).extend() {
                 (*page).pop(1024);
             }
-            crate::page_queue::queue_remove(local, page);
-            crate::page_queue::settle(local, seg, page);
+            crate::small::page_queue::queue_remove(local, page);
+            crate::small::page_queue::settle(local, seg, page);
             assert_eq!((*page).flags, PAGE_IN_FULL, "parked");
             (a, SendPtr(b), SendPtr(page))
         };
         let freer = free_remotely(b);
         // SAFETY: a is a live block of this thread's local heap.
-        unsafe { crate::free::free_slow(segment::segment_of(a), a) };
+        unsafe { crate::small::free::free_slow(segment::segment_of(a), a) };
         freer.join().unwrap();
         // SAFETY: the other thread has finished; the page is the local
         // heap's, this thread's.
@@ -496,7 +500,7 @@ fn two_notifiers_on_two_segments_of_one_heap_are_both_seen() {
         let heap = crate::thread::init_heap();
         // SAFETY: heap is this thread's heap.
         let blocks: Vec<SendPtr<u8>> = (0..2)
-            .map(|_| unsafe { SendPtr(crate::alloc::alloc_large(heap, 1_500_000).0) })
+            .map(|_| unsafe { SendPtr(crate::small::alloc::alloc_large(heap, 1_500_000).0) })
             .collect();
         assert!(blocks.iter().all(|p| !p.0.is_null()));
         assert_ne!(
@@ -506,12 +510,12 @@ fn two_notifiers_on_two_segments_of_one_heap_are_both_seen() {
         );
         let freers: Vec<_> = blocks.iter().map(|&p| free_remotely(p)).collect();
         // SAFETY: heap is this thread's heap.
-        unsafe { crate::remote::take_notifications(heap) };
+        unsafe { crate::thread::remote::take_notifications(heap) };
         for f in freers {
             f.join().unwrap();
         }
         // SAFETY: as above.
-        unsafe { crate::remote::take_notifications(heap) };
+        unsafe { crate::thread::remote::take_notifications(heap) };
         for &p in &blocks {
             assert!(page_released(p), "the owner took the block in");
         }

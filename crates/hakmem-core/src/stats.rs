@@ -13,8 +13,8 @@
 //! segment counts whole (as the kernel's commit accounting does), purged
 //! pages stop counting until they are handed out again.
 
-use crate::class::CLASS_COUNT;
 use crate::os::{self, Line, OsCounters, StackText};
+use crate::small::class::CLASS_COUNT;
 use crate::sync::{plain::AtomicUsize, Ordering};
 
 /// Index of the large-block row in per-class tables (after the classes).
@@ -168,14 +168,14 @@ impl HeapCounts {
 pub fn stats() -> Stats {
     let mut allocs = [0; ROWS];
     let mut frees = [0; ROWS];
-    crate::heap::own_counts().add_to(&mut allocs, &mut frees);
+    crate::thread::heap::own_counts().add_to(&mut allocs, &mut frees);
     Stats {
         os: os::os_counters(),
         heaps_in_use: HEAPS_IN_USE.load(Ordering::Relaxed),
         heaps_retired: HEAPS_RETIRED.load(Ordering::Relaxed),
         segments_mapped: SEGMENTS_MAPPED.load(Ordering::Relaxed),
-        segments_cached: crate::arena::cached_count(),
-        segments_abandoned: crate::arena::abandoned_count(),
+        segments_cached: crate::segment::arena::cached_count(),
+        segments_abandoned: crate::segment::arena::abandoned_count(),
         pages_in_use: PAGES_IN_USE.load(Ordering::Relaxed),
         huge_in_use: HUGE_IN_USE.load(Ordering::Relaxed),
         large_allocs: LARGE_ALLOCS.load(Ordering::Relaxed),
@@ -243,7 +243,7 @@ pub fn print_stats() {
                 _ => {
                     w.push_u64(row as u64);
                     w.push(b" ");
-                    w.push_u64(crate::class::BLOCK_SIZE[row] as u64);
+                    w.push_u64(crate::small::class::BLOCK_SIZE[row] as u64);
                     w.push(b" ");
                 }
             }

@@ -49,8 +49,9 @@ extern "C" fn first_allocation_in_the_last_round(value: *mut libc::c_void) {
 /// A thread that allocates nothing: it only sets the key (raw pthreads,
 /// since std's threads allocate as they start).
 extern "C" fn set_the_key(_: *mut libc::c_void) -> *mut libc::c_void {
+    // The value is the round: 1, the address `dangling` gives.
     // SAFETY: KEY was created before the threads.
-    unsafe { libc::pthread_setspecific(KEY, 1 as *const libc::c_void) };
+    unsafe { libc::pthread_setspecific(KEY, std::ptr::dangling::<libc::c_void>()) };
     std::ptr::null_mut()
 }
 

@@ -15,9 +15,9 @@
 //! docs/BENCHMARKS.md has the measurement. It is dlopen-safe by nature:
 //! a pthread key takes no static TLS.
 
-use crate::heap::Heap;
-use crate::page::Page;
+use crate::small::page::Page;
 use crate::sync::{MapEntry, Ordering};
+use crate::thread::heap::Heap;
 
 /// Whether `page` is queued in `heap` (its `local_owner` is `heap`): the
 /// free fast path's owner test.
@@ -50,10 +50,10 @@ pub(crate) use slot::{fork_lock, fork_unlock, set_thread_heap, thread_heap};
 /// The heap slot in the thread key (the loom build has its own, thread.rs).
 #[cfg(not(hakmem_loom))]
 mod slot {
-    use crate::heap::{Heap, EMPTY_HEAP};
     use crate::os;
     use crate::sync::{plain::AtomicUsize, Ordering, SpinLock};
     use crate::thread;
+    use crate::thread::heap::{Heap, EMPTY_HEAP};
 
     /// The calling thread's heap (the static empty heap until its first
     /// allocation, or before the key exists).

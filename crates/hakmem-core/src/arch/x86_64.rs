@@ -28,9 +28,9 @@
 //!   sequence. The call needs the stack, so the fast paths may get a
 //!   frame; docs/BENCHMARKS.md has the cost.
 
-use crate::heap::{Heap, EMPTY_HEAP};
-use crate::page::Page;
+use crate::small::page::Page;
 use crate::sync::MapEntry;
+use crate::thread::heap::{Heap, EMPTY_HEAP};
 
 core::arch::global_asm!(
     ".pushsection .tdata,\"awT\",@progbits",

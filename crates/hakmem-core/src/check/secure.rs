@@ -57,7 +57,7 @@ pub(crate) const UNIT_TABLE_BYTES: usize = if cfg!(feature = "secure") { 4096 } 
 pub(crate) const CLASS_SIZE_MAX: usize = if cfg!(feature = "secure") {
     40 * 1024
 } else {
-    crate::class::MEDIUM_SIZE_MAX
+    crate::small::class::MEDIUM_SIZE_MAX
 };
 
 /// Largest alignment served from a size class (`secure`: blocks start 4
@@ -110,7 +110,7 @@ pub(crate) fn check_page_size() {
 #[cfg(all(feature = "secure", not(hakmem_loom)))]
 pub(crate) extern "C" fn check_at_exit() {
     let heap = crate::thread::heap();
-    if crate::heap::is_static_heap(heap) {
+    if crate::thread::heap::is_static_heap(heap) {
         return;
     }
     // SAFETY: heap is the calling thread's own; its segments, their pages
@@ -279,6 +279,9 @@ mod tests {
         assert_eq!(padded(31), 32);
         assert_eq!(padded(32), 33);
         assert_eq!(padded(usize::MAX), usize::MAX);
-        assert_eq!(crate::class::BLOCK_SIZE[crate::class::class_of(padded(0))], 32);
+        assert_eq!(
+            crate::small::class::BLOCK_SIZE[crate::small::class::class_of(padded(0))],
+            32
+        );
     }
 }

@@ -30,7 +30,7 @@
 //! moving; always clearing), which memcheck can follow. x86-64 only: on
 //! other targets the feature does nothing.
 
-use crate::page::MIN_BLOCK_SIZE;
+use crate::small::page::MIN_BLOCK_SIZE;
 
 /// Whether hakmem tells valgrind about its blocks (the feature is on, on
 /// a target whose client-request sequence we know).

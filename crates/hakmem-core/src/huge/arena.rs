@@ -33,9 +33,9 @@
 //! `fork`.
 
 use crate::os;
-use crate::purge::GLOBAL_PURGE_AT;
+use crate::segment::map::{is_segment, map_set};
+use crate::segment::purge::GLOBAL_PURGE_AT;
 use crate::segment::{Segment, SegmentKind, PAGE_SIZE, SEGMENT_SIZE};
-use crate::segment_map::{is_segment, map_set};
 use crate::stats;
 use crate::sync::{global, Ordering, SpinLock};
 use core::cell::UnsafeCell;
@@ -168,7 +168,7 @@ pub(crate) fn alloc(n: usize) -> Option<(*mut u8, bool)> {
     // SAFETY: the units are ours and hold no live data; the header is made
     // on zeroed bytes, as `construct` expects.
     unsafe {
-        crate::valgrind::undefined(segment as *mut u8, core::mem::size_of::<Segment>());
+        crate::check::valgrind::undefined(segment as *mut u8, core::mem::size_of::<Segment>());
         ptr::write_bytes(segment as *mut u8, 0, core::mem::size_of::<Segment>());
         Segment::construct(segment);
         (*segment).kind = SegmentKind::Huge;
@@ -183,8 +183,8 @@ pub(crate) fn alloc(n: usize) -> Option<(*mut u8, bool)> {
         // SAFETY: p is this block's start, in its units; the freed mark
         // of a block freed there must not survive.
         unsafe {
-            crate::valgrind::header_access(p);
-            (*(p as *mut crate::page::Block)).freed = 0;
+            crate::check::valgrind::header_access(p);
+            (*(p as *mut crate::small::page::Block)).freed = 0;
         }
     }
     let clean = n - dirty as usize;
@@ -253,7 +253,7 @@ fn take(n: usize) -> Option<(usize, *mut Segment, u32)> {
             NEXT_MAP_MS.store(now + 1000, Ordering::Relaxed);
             return None;
         }
-        crate::arena::advise_thp(base, units * UNIT);
+        crate::segment::arena::advise_thp(base, units * UNIT);
         ARENA.lock.lock();
         // SAFETY: the lock is held.
         let added = unsafe {
@@ -336,8 +336,8 @@ fn release(region: usize, units: u128, delay: i64) {
         free_dirty as usize * UNIT > crate::policy::huge_cache_cap()
     };
     ARENA.lock.unlock();
-    if delay == 0 || over || crate::arena::NO_CACHES {
-        let done = crate::purge::try_purge_now(|| {
+    if delay == 0 || over || crate::segment::arena::NO_CACHES {
+        let done = crate::segment::purge::try_purge_now(|| {
             let purged = purge_region(region);
             if over {
                 crate::policy::huge_evicted(purged);
@@ -564,7 +564,7 @@ pub(crate) unsafe fn move_out(segment: *mut Segment, new_total: usize) -> *mut S
     // landed there meanwhile, whose units then stay used for good.
     let refilled = !os::map_at(segment as usize, old_total).is_null();
     if refilled {
-        crate::arena::advise_thp(segment as *mut u8, old_total);
+        crate::segment::arena::advise_thp(segment as *mut u8, old_total);
     }
     ARENA.lock.lock();
     // SAFETY: the lock is held.

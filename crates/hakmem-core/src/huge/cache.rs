@@ -4,7 +4,7 @@
 
 use super::{huge_unmap, purged_bytes};
 use crate::os;
-use crate::purge::GLOBAL_PURGE_AT;
+use crate::segment::purge::GLOBAL_PURGE_AT;
 #[cfg(not(feature = "secure"))]
 use crate::segment::SEGMENT_SIZE;
 use crate::segment::{Segment, PAGE_SIZE};
@@ -163,7 +163,7 @@ pub(crate) fn purge_huge_cache(now: u64, force: bool) -> u64 {
     HUGE_CACHE.lock.unlock();
     #[cfg(not(feature = "secure"))]
     {
-        next = next.min(crate::huge_arena::purge_due(now, force));
+        next = next.min(crate::huge::arena::purge_due(now, force));
     }
     for &s in due.iter().filter(|s| !s.is_null()) {
         // SAFETY: s was taken off the cache above: exclusively ours; its
@@ -177,9 +177,10 @@ pub(crate) fn purge_huge_cache(now: u64, force: bool) -> u64 {
                 // `PROT_NONE` and out of the segment map.)
                 #[cfg(not(feature = "secure"))]
                 {
-                    crate::valgrind::header_access(block);
-                    (*(block as *mut crate::page::Block)).freed = crate::page::freed_mark((*s).page_of(block));
-                    crate::valgrind::header_done(block);
+                    crate::check::valgrind::header_access(block);
+                    (*(block as *mut crate::small::page::Block)).freed =
+                        crate::small::page::freed_mark((*s).page_of(block));
+                    crate::check::valgrind::header_done(block);
                 }
                 let bytes = purged_bytes((*s).mapping_size);
                 stats::committed(-(bytes as isize));

@@ -1,9 +1,9 @@
 //! Local heaps' lists of their huge blocks (see the module doc of
 //! `huge`, "Huge blocks of local heaps"), under one lock.
 
-use crate::heap::Heap;
 use crate::segment::Segment;
 use crate::sync::{global, Ordering, SpinLock};
+use crate::thread::heap::Heap;
 use core::ptr;
 
 global! {

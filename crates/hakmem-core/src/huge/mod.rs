@@ -59,11 +59,11 @@ use realloc::resize_mapping;
 #[cfg(not(feature = "secure"))]
 pub(crate) use realloc::{huge_realloc, move_mapping};
 
-#[cfg(not(feature = "secure"))]
-use crate::arena::{advise_thp, NO_CACHES};
 use crate::os;
+#[cfg(not(feature = "secure"))]
+use crate::segment::arena::{advise_thp, NO_CACHES};
+use crate::segment::map::map_set;
 use crate::segment::{Segment, SegmentKind, PAGE_SIZE, SEGMENT_SIZE};
-use crate::segment_map::map_set;
 use crate::stats;
 #[cfg(not(feature = "secure"))]
 use core::ptr;
@@ -79,13 +79,13 @@ pub(crate) fn lock_cache() {
     LOCAL_HUGE.lock();
     HUGE_CACHE.lock.lock();
     #[cfg(not(feature = "secure"))]
-    crate::huge_arena::lock();
+    crate::huge::arena::lock();
 }
 
 /// `fork` parent/child: release what `lock_cache` took.
 pub(crate) fn unlock_cache() {
     #[cfg(not(feature = "secure"))]
-    crate::huge_arena::unlock();
+    crate::huge::arena::unlock();
     HUGE_CACHE.lock.unlock();
     LOCAL_HUGE.unlock();
 }
@@ -108,7 +108,7 @@ pub(crate) fn huge_alloc(size: usize, align: usize) -> (*mut u8, bool) {
 fn common_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     // Every block has room for its free-list link and freed mark, also a
     // zero-sized one placed at the end of a 2 MiB-aligned mapping.
-    let size = size.max(crate::page::MIN_BLOCK_SIZE);
+    let size = size.max(crate::small::page::MIN_BLOCK_SIZE);
     let offset = huge_offset(align);
     let Some(total) = size
         .checked_add(offset)
@@ -126,8 +126,8 @@ fn common_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     // late touch faults), so that its moves have window tests; loom does
     // not model it.
     if offset == PAGE_SIZE && !cfg!(hakmem_loom) {
-        if let Some(n) = crate::huge_arena::units_for(size) {
-            if let Some(served) = crate::huge_arena::alloc(n) {
+        if let Some(n) = crate::huge::arena::units_for(size) {
+            if let Some(served) = crate::huge::arena::alloc(n) {
                 return served;
             }
         }
@@ -153,8 +153,8 @@ fn common_alloc(size: usize, align: usize) -> (*mut u8, bool) {
             // SAFETY: reused is exclusively ours; its block is mapped and at
             // least a page long.
             let zero = unsafe {
-                crate::valgrind::header_access(p);
-                (*(p as *mut crate::page::Block)).freed = 0;
+                crate::check::valgrind::header_access(p);
+                (*(p as *mut crate::small::page::Block)).freed = 0;
                 let bytes = (*reused).mapping_size;
                 if (*reused).purged_units != 0 {
                     (*reused).purged_units = 0;
@@ -272,7 +272,7 @@ pub(crate) unsafe fn huge_usable_size(segment: *const Segment, p: *const u8) -> 
 /// `segment` must be the live huge segment of block `p`, no longer used.
 pub(crate) unsafe fn huge_free(segment: *mut Segment, p: *const u8) {
     // Before the mapping can be reused by another thread (the cache).
-    crate::valgrind::header_done(p as *mut u8);
+    crate::check::valgrind::header_done(p as *mut u8);
     // SAFETY: the caller's guarantee.
     unsafe { detach_from_local(segment) };
     stats::huge_in_use(-1);
@@ -296,7 +296,7 @@ unsafe fn keep_freed(segment: *mut Segment, p: *const u8, delay: i64) -> *mut Se
     // SAFETY: the caller guarantees segment is an unused huge segment.
     if unsafe { (*segment).huge_region } != 0 {
         // SAFETY: as above.
-        unsafe { crate::huge_arena::free(segment, delay) };
+        unsafe { crate::huge::arena::free(segment, delay) };
         return ptr::null_mut();
     }
     let cacheable = p as usize == segment as usize + PAGE_SIZE;
@@ -336,8 +336,8 @@ unsafe fn huge_unmap(segment: *mut Segment) {
 #[cfg(all(test, not(hakmem_loom)))]
 mod tests {
     use super::*;
+    use crate::segment::map::is_segment;
     use crate::segment::segment_of;
-    use crate::segment_map::is_segment;
 
     #[test]
     fn huge_blocks_find_their_header_at_every_alignment() {

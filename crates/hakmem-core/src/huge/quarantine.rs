@@ -4,11 +4,11 @@
 
 use super::cache::HUGE_CACHE_SLOTS;
 use super::{cache_freed, huge_offset, huge_unmap, publish, HUGE_CACHE};
-use crate::arena::{advise_thp, NO_CACHES};
+use crate::check::secure;
 use crate::os;
-use crate::secure;
+use crate::segment::arena::{advise_thp, NO_CACHES};
+use crate::segment::map::map_set;
 use crate::segment::{Segment, PAGE_SIZE, SEGMENT_SIZE};
-use crate::segment_map::map_set;
 use crate::stats;
 use core::ptr;
 
@@ -33,7 +33,7 @@ pub(super) fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     let page = os::page_size();
     let round = |n: usize, to: usize| n.checked_add(to - 1).map(|n| n & !(to - 1));
     // Room for the freed mark that `free` writes (a zero-sized block too).
-    let room = size.max(crate::page::MIN_BLOCK_SIZE);
+    let room = size.max(crate::small::page::MIN_BLOCK_SIZE);
     let (offset, data) = if align <= page {
         let Some(data) = round(room, page) else {
             return (ptr::null_mut(), false);

@@ -3,8 +3,8 @@
 
 use super::{huge_mapping_size, purged_bytes};
 use crate::os;
+use crate::segment::map::map_set;
 use crate::segment::{Segment, PAGE_SIZE, SEGMENT_SIZE};
-use crate::segment_map::map_set;
 use crate::stats;
 use crate::sync::Ordering;
 use core::ptr;
@@ -43,14 +43,14 @@ pub(crate) unsafe fn huge_realloc(segment: *mut Segment, p: *mut u8, new_size: u
         if (*segment).huge_region != 0 {
             // Carved from the arena: in place when the units around allow,
             // else moved out into a mapping of its own.
-            let units = crate::huge_arena::units_for(new_size);
-            if units.is_some_and(|n| crate::huge_arena::resize_in_place(segment, n * SEGMENT_SIZE)) {
+            let units = crate::huge::arena::units_for(new_size);
+            if units.is_some_and(|n| crate::huge::arena::resize_in_place(segment, n * SEGMENT_SIZE)) {
                 return p;
             }
             if new_total < (*segment).mapping_size {
                 return ptr::null_mut();
             }
-            crate::huge_arena::move_out(segment, new_total)
+            crate::huge::arena::move_out(segment, new_total)
         } else {
             resize_mapping(segment, new_total)
         }
@@ -157,8 +157,8 @@ mod window_tests {
     use super::*;
     use crate::huge::huge_alloc;
     use crate::huge::huge_free;
+    use crate::segment::map::is_segment;
     use crate::segment::segment_of;
-    use crate::segment_map::is_segment;
     use crate::sync::{set_window_hook, Window};
 
     /// Where the hook mapped a segment (0: nowhere yet).
@@ -184,7 +184,7 @@ mod window_tests {
     /// Issue 14, hole 2: a segment mapped where a huge block was, while
     /// `huge_realloc` moved it, keeps its segment-map entry. The block is
     /// one of the huge arena's (3 MiB) grown past what the arena serves,
-    /// so it moves out (`huge_arena::move_out`), or one of its own (80
+    /// so it moves out (`huge::arena::move_out`), or one of its own (80
     /// MiB), which moves to a larger mapping.
     #[test]
     fn huge_realloc_never_erases_the_entry_of_a_segment_mapped_where_the_block_was() {

@@ -292,9 +292,10 @@ pub(crate) fn thread_id() -> usize {
 /// on the object `dladdr` names). Nothing for the main program or a
 /// static one. Returns whether an object was pinned.
 pub(crate) fn keep_loaded(code: *const c_void) -> bool {
+    // SAFETY: Dl_info is plain pointers, for which all zeros is valid.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
     // SAFETY: dladdr only reads the loader's tables; info is a valid place
     // to write.
-    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
     if unsafe { libc::dladdr(code, &mut info) } == 0 || info.dli_fname.is_null() {
         return false;
     }

@@ -11,9 +11,9 @@
 use crate::config::config;
 use crate::list::{Linked, LockedList};
 use crate::os;
-use crate::purge::GLOBAL_PURGE_AT;
+use crate::segment::map::map_set;
+use crate::segment::purge::GLOBAL_PURGE_AT;
 use crate::segment::{Segment, PAGES_PER_SEGMENT, PAGE_SIZE, SEGMENT_SIZE};
-use crate::segment_map::map_set;
 use crate::stats;
 use crate::sync::{global, Ordering};
 use core::ptr;
@@ -57,7 +57,7 @@ pub(crate) fn segment_alloc() -> *mut Segment {
     if cfg!(feature = "secure") {
         // A guard page at the end of every unit (the header's too): a write
         // running off a block faults within 64 KiB (secure.rs).
-        let guard = crate::secure::guard_bytes();
+        let guard = crate::check::secure::guard_bytes();
         for unit in 1..=PAGES_PER_SEGMENT {
             // SAFETY: the last OS page of a unit of the fresh segment, never
             // handed out (spans end before it: refill::page_alloc).

@@ -38,11 +38,11 @@ pub(crate) mod arena;
 pub(crate) mod map;
 pub(crate) mod purge;
 
-use crate::heap::Heap;
 use crate::os;
-use crate::page::Page;
+use crate::small::page::Page;
 use crate::stats;
 use crate::sync::{AtomicPtr, AtomicU32, Ordering};
+use crate::thread::heap::Heap;
 use core::ptr;
 
 /// log2 of the segment size.
@@ -64,7 +64,7 @@ const ALL_BLOCK_PAGES: u32 = !1;
 /// class serves (a request up to one byte less than its largest class,
 /// for the canary) inside segments.
 pub const LARGE_SIZE_MAX: usize = if cfg!(feature = "secure") {
-    crate::secure::CLASS_SIZE_MAX - 1
+    crate::check::secure::CLASS_SIZE_MAX - 1
 } else {
     (PAGES_PER_SEGMENT - 1) * PAGE_SIZE
 };
@@ -399,8 +399,8 @@ fn span_mask(first: usize, units: usize) -> u32 {
 #[cfg(all(test, not(hakmem_loom)))]
 mod tests {
     use super::*;
-    use crate::arena::{segment_alloc, segment_free};
-    use crate::segment_map::is_segment;
+    use crate::segment::arena::{segment_alloc, segment_free};
+    use crate::segment::map::is_segment;
 
     #[test]
     fn segment_and_page_follow_by_mask_and_shift() {
@@ -454,7 +454,11 @@ mod tests {
             (*s).mark_dirty(first, 4);
             for unit in first..first + 4 {
                 // Up to the unit's guard page (`secure`).
-                core::ptr::write_bytes((*s).page_start(unit), 1, PAGE_SIZE - crate::secure::guard_bytes());
+                core::ptr::write_bytes(
+                    (*s).page_start(unit),
+                    1,
+                    PAGE_SIZE - crate::check::secure::guard_bytes(),
+                );
             }
             (*s).return_span(first, 4);
             let before = os::os_counters().madvise;

@@ -9,17 +9,17 @@
 //! global deadline hint (`GLOBAL_PURGE_AT`) has passed, one thread at a
 //! time, off the lists' locks. `collect` does all of it now.
 
-use crate::arena::{self, SegmentList, ABANDONED, SEGMENT_CACHE, SEGMENT_CACHE_MAX};
-use crate::class::CLASS_COUNT;
-use crate::heap::{is_static_heap, Heap};
 use crate::huge;
 use crate::os;
-use crate::page_queue::queue_remove;
-use crate::refill::{maybe_free_segment, release_page};
-use crate::remote::{flush_remote, process_notified};
+use crate::segment::arena::{self, SegmentList, ABANDONED, SEGMENT_CACHE, SEGMENT_CACHE_MAX};
 use crate::segment::{self, Segment};
+use crate::small::class::CLASS_COUNT;
+use crate::small::page_queue::queue_remove;
+use crate::small::refill::{maybe_free_segment, release_page};
 use crate::sync::{global, plain::AtomicU64, Ordering, SpinLock};
 use crate::thread;
+use crate::thread::heap::{is_static_heap, Heap};
+use crate::thread::remote::{flush_remote, process_notified};
 use core::ptr;
 
 /// Sweep interval when purging is off or immediate.
@@ -218,7 +218,7 @@ fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
     let mut next = purge_list(&SEGMENT_CACHE, SEGMENT_CACHE_MAX, now, force);
     next = next.min(purge_list(&ABANDONED, usize::MAX, now, force));
     next = next.min(huge::purge_huge_cache(now, force));
-    next = next.min(crate::abandon::age_retired(now, abandon_retired));
+    next = next.min(crate::thread::abandon::age_retired(now, abandon_retired));
     #[cfg(not(hakmem_loom))]
     {
         next = next.min(crate::thread::live::reap_exited(now, abandon_retired));
@@ -314,7 +314,7 @@ mod window_tests {
     /// segments off their list, so that another thread forks meanwhile.
     fn linger_with_segments_taken(window: Window) {
         // The abandoned list's turn (the pass takes the cache's first).
-        let taken = crate::arena::abandoned_count() == 0;
+        let taken = crate::segment::arena::abandoned_count() == 0;
         if window == Window::PurgeTaken && taken && !IN_WINDOW.swap(true, Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(300));
         }

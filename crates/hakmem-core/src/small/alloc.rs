@@ -8,15 +8,15 @@
 //! heap, the heartbeat running out — goes to `refill` (refill.rs), which
 //! does the heap's duties and finds a page with a free block.
 
-use crate::abandon::{heap_for_thread, heap_retire};
-use crate::class::{self, CLASS_COUNT, LARGE_CLASS};
-use crate::heap::{Heap, EMPTY_HEAP, EXITED_HEAP};
 use crate::os;
-use crate::page::{Block, Page, PAGE_IN_FULL};
-use crate::refill::{page_alloc, refill};
 use crate::segment::PAGE_SIZE;
+use crate::small::class::{self, CLASS_COUNT, LARGE_CLASS};
+use crate::small::page::{Block, Page, PAGE_IN_FULL};
+use crate::small::refill::{page_alloc, refill};
 use crate::stats;
 use crate::thread;
+use crate::thread::abandon::{heap_for_thread, heap_retire};
+use crate::thread::heap::{Heap, EMPTY_HEAP, EXITED_HEAP};
 use core::ptr;
 
 /// Fast-path allocations between two forced slow-path calls. Owner frees
@@ -51,7 +51,7 @@ pub(crate) unsafe fn alloc_small(heap: *mut Heap, need: usize, size: usize) -> *
         let block = (*page).free;
         if !block.is_null() && heartbeat(heap) {
             (*page).free = (*page).next_of(block);
-            crate::valgrind::header_access(block);
+            crate::check::valgrind::header_access(block);
             (*page).on_alloc(block, size);
             (*page).used += 1;
             (*heap).counts.count_alloc(class::class_of(need));
@@ -89,7 +89,7 @@ pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize, size: usize) -> *mut u
         let block = (*page).free;
         if !block.is_null() && heartbeat(heap) {
             (*page).free = (*page).next_of(block);
-            crate::valgrind::header_access(block);
+            crate::check::valgrind::header_access(block);
             (*page).on_alloc(block, size);
             (*page).used += 1;
             (*heap).counts.count_alloc(class);
@@ -122,7 +122,7 @@ unsafe fn heartbeat(heap: *mut Heap) -> bool {
 /// `heap` must be the calling thread's heap; `class` is `size`'s class (or
 /// a larger one).
 pub(crate) unsafe fn alloc_zeroed(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
-    debug_assert!(class < CLASS_COUNT && crate::secure::padded(size) <= class::BLOCK_SIZE[class]);
+    debug_assert!(class < CLASS_COUNT && crate::check::secure::padded(size) <= class::BLOCK_SIZE[class]);
     // SAFETY: as in `alloc`: the direct page is valid; the heartbeat counts
     // calloc's hits too (a page with a block is never the empty page, so
     // heap is a real one when written).
@@ -253,7 +253,7 @@ pub(crate) unsafe fn alloc_large(heap: *mut Heap, size: usize) -> (*mut u8, bool
         (*page).set_carved(1);
         (*page).used = 1;
         (*page).flags = PAGE_IN_FULL;
-        crate::valgrind::header_access((*page).start());
+        crate::check::valgrind::header_access((*page).start());
         (*((*page).start() as *mut Block)).freed = 0;
         (*heap).counts.count_alloc(stats::LARGE_ROW);
         stats::large_alloc();

@@ -7,17 +7,17 @@
 //! (mimalloc keeps the same in free.c.)
 
 use crate::arch;
-use crate::heap::Heap;
 use crate::huge;
 use crate::os;
-use crate::page::{self, Block, Page, PAGE_IN_FULL};
-use crate::page_queue::{queue_remove, settle};
-use crate::refill::{maybe_free_segment, release_page};
-use crate::remote::remote_free;
+use crate::segment::map as segment_map;
 use crate::segment::{segment_of, Segment, SegmentKind};
-use crate::segment_map;
+use crate::small::page::{self, Block, Page, PAGE_IN_FULL};
+use crate::small::page_queue::{queue_remove, settle};
+use crate::small::refill::{maybe_free_segment, release_page};
 use crate::sync::Ordering;
 use crate::thread;
+use crate::thread::heap::Heap;
+use crate::thread::remote::remote_free;
 
 /// Frees block `p`.
 ///
@@ -49,7 +49,7 @@ pub(crate) unsafe fn free_in(heap: *mut Heap, p: *mut u8) {
         // guarantee for heap.
         return unsafe { free_checked_in(heap, p) };
     }
-    crate::valgrind::on_free(p);
+    crate::check::valgrind::on_free(p);
     let seg = segment_of(p);
     // SAFETY: p is a live hakmem block, so seg is its segment header and
     // page_of finds its page (an empty one for a huge block).
@@ -172,7 +172,7 @@ pub(crate) unsafe fn free_checked_in(heap: *mut Heap, p: *mut u8) {
         }
         // p starts a carved block of a live page; the freed mark (checked
         // by free_owned/free_slow) catches a double free.
-        crate::valgrind::on_free(p);
+        crate::check::valgrind::on_free(p);
         free_owned(heap, seg, page, p)
     }
 }
@@ -198,7 +198,7 @@ unsafe fn free_checked_cold(seg: *mut Segment, p: *mut u8) {
             // Outside the user address space (see segment_map::map_slot).
             os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
         } else if (*seg).kind == SegmentKind::Huge && is_block_start(seg, p) {
-            crate::valgrind::on_free(p);
+            crate::check::valgrind::on_free(p);
             free_slow(seg, p)
         } else {
             os::report_pointer("free", "invalid pointer (not the start of a hakmem block)", p);
@@ -219,7 +219,7 @@ pub(crate) unsafe fn page_retire(heap: *mut Heap, seg: *mut Segment, page: *mut 
         queue_remove(heap, page);
         release_page(heap, seg, page);
         maybe_free_segment(heap, seg);
-        crate::purge::release_duty(heap);
+        crate::segment::purge::release_duty(heap);
     }
 }
 
@@ -237,18 +237,18 @@ pub(crate) unsafe fn page_retire(heap: *mut Heap, seg: *mut Segment, page: *mut 
 #[cold]
 #[inline(never)]
 unsafe fn take_over_abandoned(heap: *mut Heap, seg: *mut Segment) -> *mut Heap {
-    let heap = if heap == crate::heap::EMPTY_HEAP.get() {
-        crate::heap::current_or_init()
+    let heap = if heap == crate::thread::heap::EMPTY_HEAP.get() {
+        crate::thread::heap::current_or_init()
     } else {
         heap
     };
-    if heap.is_null() || crate::heap::is_static_heap(heap) {
+    if heap.is_null() || crate::thread::heap::is_static_heap(heap) {
         return thread::heap();
     }
-    if crate::arena::abandoned_take(seg) {
+    if crate::segment::arena::abandoned_take(seg) {
         // SAFETY: taking it off the list made the segment exclusively
         // ours; heap is the calling thread's.
-        unsafe { crate::abandon::reclaim(heap, seg) };
+        unsafe { crate::thread::abandon::reclaim(heap, seg) };
     }
     heap
 }
@@ -332,7 +332,7 @@ unsafe fn free_local(heap: *mut Heap, seg: *mut Segment, page: *mut Page, block:
         if (*page).flags & PAGE_IN_FULL != 0 {
             settle(heap, seg, page);
             maybe_free_segment(heap, seg);
-            crate::purge::release_duty(heap);
+            crate::segment::purge::release_duty(heap);
         } else if (*page).used == 0 {
             page_retire(heap, seg, page);
         }

@@ -6,12 +6,12 @@
 //! is empty, queued when it has blocks to give, else parked as full (the
 //! states are described in page.rs).
 
-use crate::class::{self, LARGE_CLASS, SMALL_CLASS_COUNT};
-use crate::heap::{Heap, EMPTY_PAGE};
-use crate::page::{Page, PAGE_IN_FULL};
-use crate::refill::release_page;
 use crate::segment::Segment;
+use crate::small::class::{self, LARGE_CLASS, SMALL_CLASS_COUNT};
+use crate::small::page::{Page, PAGE_IN_FULL};
+use crate::small::refill::release_page;
 use crate::sync::Ordering;
+use crate::thread::heap::{Heap, EMPTY_PAGE};
 use core::ptr;
 
 #[derive(Clone, Copy)]

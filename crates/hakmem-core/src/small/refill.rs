@@ -8,20 +8,20 @@
 //! `release_page`, scheduling the purge of its memory) and an empty
 //! segment given up (`maybe_free_segment`).
 
-use crate::abandon::segment_acquire;
-use crate::alloc::HEARTBEAT_ALLOCS;
-use crate::arena;
-use crate::class::{self, LARGE_CLASS};
-use crate::heap::{unlink_segment, Heap, EMPTY_HEAP, EXITED_HEAP};
+use crate::check::secure;
 use crate::os;
-use crate::page::Page;
-use crate::page_queue::{queue_move_to_front, queue_push_front, queue_remove, settle};
-use crate::purge::periodic;
-use crate::remote::take_notifications;
-use crate::secure;
+use crate::segment::arena;
+use crate::segment::purge::periodic;
 use crate::segment::{self, Segment, PAGE_SIZE};
+use crate::small::alloc::HEARTBEAT_ALLOCS;
+use crate::small::class::{self, LARGE_CLASS};
+use crate::small::page::Page;
+use crate::small::page_queue::{queue_move_to_front, queue_push_front, queue_remove, settle};
 use crate::stats;
 use crate::thread;
+use crate::thread::abandon::segment_acquire;
+use crate::thread::heap::{unlink_segment, Heap, EMPTY_HEAP, EXITED_HEAP};
+use crate::thread::remote::take_notifications;
 use core::ptr;
 
 /// Slow-path calls between two looks at the clock (a vDSO call of ~20 ns;

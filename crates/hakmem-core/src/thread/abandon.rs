@@ -19,15 +19,15 @@
 //! ones (`segment_acquire`, `reclaim`): it becomes their owner and settles
 //! every page they hold.
 
-use crate::arena;
-use crate::heap::{adopt, heap_new, pool_put, unlink_segment, Heap, EXITED_HEAP};
-use crate::page::Page;
-use crate::page_queue::settle;
-use crate::refill::release_span;
-use crate::remote::flush_remote;
+use crate::segment::arena;
 use crate::segment::{Segment, PAGES_PER_SEGMENT};
+use crate::small::page::Page;
+use crate::small::page_queue::settle;
+use crate::small::refill::release_span;
 use crate::stats;
 use crate::sync::{global, Ordering, SpinLock};
+use crate::thread::heap::{adopt, heap_new, pool_put, unlink_segment, Heap, EXITED_HEAP};
+use crate::thread::remote::flush_remote;
 use core::cell::UnsafeCell;
 use core::ptr;
 
@@ -136,7 +136,7 @@ pub(crate) unsafe fn heap_abandon(heap: *mut Heap) {
     stats::heap_in_use(-1);
     // SAFETY: the caller's guarantee.
     unsafe {
-        crate::local::orphan_locals(heap);
+        crate::thread::local::orphan_locals(heap);
         abandon_segments(heap);
     }
 }
@@ -243,11 +243,11 @@ pub(crate) unsafe fn heap_retire(heap: *mut Heap) {
     stats::heap_in_use(-1);
     // SAFETY: heap is unused; its segments are owned by it.
     unsafe {
-        crate::local::orphan_locals(heap);
+        crate::thread::local::orphan_locals(heap);
         (*heap).counts.flush();
         flush_remote(heap);
-        crate::remote::take_notifications(heap);
-        crate::purge::tidy_for_retire(heap);
+        crate::thread::remote::take_notifications(heap);
+        crate::segment::purge::tidy_for_retire(heap);
         if (*heap).segments.is_null() {
             pool_put(heap);
             return;
@@ -269,7 +269,7 @@ pub(crate) unsafe fn heap_retire(heap: *mut Heap) {
         RETIRED.lock.unlock();
         if kept {
             stats::heap_retired(1);
-            crate::purge::note_retired();
+            crate::segment::purge::note_retired();
         } else {
             abandon_segments(heap);
         }

@@ -36,16 +36,16 @@
 //! fast paths run on it with its address instead of the thread's. It names
 //! its thread heap in `parent`, and the thread heap lists it in `locals`.
 
-use crate::alloc::HEARTBEAT_ALLOCS;
-use crate::class::{CLASS_COUNT, SMALL_DIRECT_LEN};
 use crate::os;
-use crate::page::Page;
-use crate::page_queue::PageQueue;
-use crate::remote::{RemoteBatch, REMOTE_BATCHES};
 use crate::segment::Segment;
+use crate::small::alloc::HEARTBEAT_ALLOCS;
+use crate::small::class::{CLASS_COUNT, SMALL_DIRECT_LEN};
+use crate::small::page::Page;
+use crate::small::page_queue::PageQueue;
 use crate::stats;
 use crate::sync::{global, AtomicBool, Ordering, SpinLock};
 use crate::thread;
+use crate::thread::remote::{RemoteBatch, REMOTE_BATCHES};
 use core::cell::UnsafeCell;
 use core::ptr;
 use crossbeam_utils::CachePadded;

@@ -1,8 +1,8 @@
 //! The list of live thread heaps, and the look for heaps whose thread is
 //! gone without having run its exit hook (see `LIVE_CHECK_MS`).
 
-use crate::heap::Heap;
 use crate::sync::{Ordering, SpinLock};
+use crate::thread::heap::Heap;
 use core::cell::UnsafeCell;
 use core::ptr;
 
@@ -55,7 +55,7 @@ pub(crate) unsafe fn live_add(heap: *mut Heap) {
     // SAFETY: the lock is held; heap is ours and on no list.
     unsafe {
         let head = *LIVE.head.get();
-        (*heap).live = crate::heap::LiveEntry {
+        (*heap).live = crate::thread::heap::LiveEntry {
             ids,
             generation: (*heap).live.generation.wrapping_add(1),
             checked: false,
@@ -69,7 +69,7 @@ pub(crate) unsafe fn live_add(heap: *mut Heap) {
         *LIVE.head.get() = heap;
     }
     LIVE.lock.unlock();
-    crate::purge::GLOBAL_PURGE_AT.fetch_min(now + LIVE_CHECK_MS, Ordering::Relaxed);
+    crate::segment::purge::GLOBAL_PURGE_AT.fetch_min(now + LIVE_CHECK_MS, Ordering::Relaxed);
 }
 
 /// Takes `heap` off the list (with the lock held), its entry cleared but
@@ -90,9 +90,9 @@ unsafe fn live_unlink(heap: *mut Heap) {
         if !next.is_null() {
             (*next).live.prev = prev;
         }
-        (*heap).live = crate::heap::LiveEntry {
+        (*heap).live = crate::thread::heap::LiveEntry {
             generation: (*heap).live.generation,
-            ..crate::heap::LiveEntry::NONE
+            ..crate::thread::heap::LiveEntry::NONE
         };
     }
 }
@@ -200,7 +200,7 @@ pub(crate) fn live_fork_child(heap: *mut Heap) {
     // SAFETY: the child is alone and holds the lock.
     unsafe { *LIVE.head.get() = ptr::null_mut() };
     LIVE.lock.unlock();
-    if !crate::heap::is_static_heap(heap) {
+    if !crate::thread::heap::is_static_heap(heap) {
         // SAFETY: the calling (only) thread's heap, on no list now.
         unsafe { live_add(heap) };
     }

@@ -53,15 +53,15 @@
 //! exited heap, it can allocate nothing (`segment_acquire` gives it no
 //! segment), and deleting or destroying it only returns the struct.
 
-use crate::abandon::reclaim;
-use crate::arena;
-use crate::heap::{current_or_init, heap_new, pool_put, Heap, EXITED_HEAP};
 use crate::huge;
-use crate::page::{self, Block, Page};
-use crate::refill::{maybe_free_segment, release_span};
+use crate::segment::arena;
 use crate::segment::{Segment, PAGES_PER_SEGMENT};
+use crate::small::page::{self, Block, Page};
+use crate::small::refill::{maybe_free_segment, release_span};
 use crate::stats;
 use crate::sync::Ordering;
+use crate::thread::abandon::reclaim;
+use crate::thread::heap::{current_or_init, heap_new, pool_put, Heap, EXITED_HEAP};
 use core::ptr;
 
 /// A new local heap of the calling thread (null when no memory can be had,
@@ -201,7 +201,7 @@ pub(crate) unsafe fn local_destroy(heap: *mut Heap) {
                     if !(*page).in_use {
                         continue;
                     }
-                    if crate::valgrind::ENABLED {
+                    if crate::check::valgrind::ENABLED {
                         blocks_destroyed(page);
                     }
                     // Relaxed: as above; the page is free from here on.
@@ -239,7 +239,7 @@ unsafe fn blocks_destroyed(page: *mut Page) {
         }
         for i in 0..(*page).capacity as usize {
             if free[i / 64] & (1 << (i % 64)) == 0 {
-                crate::valgrind::on_destroy(start.add(i * block_size));
+                crate::check::valgrind::on_destroy(start.add(i * block_size));
             }
         }
     }
@@ -261,7 +261,7 @@ unsafe fn destroy_huge(first: *mut Segment) {
             // The freed mark, as `free_slow` writes it: a later free of the
             // block while its mapping waits in the cache is reported.
             (*(p as *mut Block)).freed = page::freed_mark((*seg).page_of(p));
-            crate::valgrind::on_destroy(p);
+            crate::check::valgrind::on_destroy(p);
             huge::huge_free(seg, p);
             seg = next;
         }
@@ -298,7 +298,7 @@ pub use handle::LocalHeap;
 #[cfg(not(hakmem_loom))]
 mod handle {
     use super::{local_delete, local_destroy, local_new};
-    use crate::heap::Heap;
+    use crate::thread::heap::Heap;
     use crate::{alloc_in, alloc_zeroed_in, realloc_in};
     use core::alloc::Layout;
     use core::ffi::c_void;
@@ -408,7 +408,7 @@ mod handle {
         #[inline(always)]
         pub unsafe fn free(&self, p: *mut u8) {
             // SAFETY: the caller's guarantee; the heap as in `alloc`.
-            unsafe { crate::free::free_in(self.heap(), p) }
+            unsafe { crate::small::free::free_in(self.heap(), p) }
         }
 
         /// Frees every block allocated from this heap and not freed yet, at

@@ -30,11 +30,12 @@ pub(crate) mod live;
 pub(crate) mod local;
 pub(crate) mod remote;
 
-#[cfg(hakmem_loom)]
-use crate::heap::EMPTY_HEAP;
-use crate::heap::{Heap, EXITED_HEAP};
+use crate::segment::arena;
 use crate::sync::{plain::AtomicUsize, Ordering};
-use crate::{arch, arena, os};
+#[cfg(hakmem_loom)]
+use crate::thread::heap::EMPTY_HEAP;
+use crate::thread::heap::{Heap, EXITED_HEAP};
+use crate::{arch, os};
 use core::ffi::c_void;
 
 /// The calling thread's heap (the static empty heap until its first allocation).
@@ -133,7 +134,7 @@ fn create_thread_key() -> Option<os::ThreadKey> {
 #[cold]
 #[inline(never)]
 pub(crate) fn init_heap() -> *mut Heap {
-    let heap = crate::abandon::heap_for_thread();
+    let heap = crate::thread::abandon::heap_for_thread();
     if heap.is_null() {
         return heap;
     }
@@ -143,7 +144,7 @@ pub(crate) fn init_heap() -> *mut Heap {
     if self::heap() != heap {
         // No slot to be had (the portable binding found no thread key).
         // SAFETY: the heap was made above, and nothing refers to it.
-        unsafe { crate::abandon::heap_abandon(heap) };
+        unsafe { crate::thread::abandon::heap_abandon(heap) };
         return core::ptr::null_mut();
     }
     process_init();
@@ -194,9 +195,9 @@ fn process_init() {
     {
         #[cfg(feature = "secure")]
         {
-            crate::secure::check_page_size();
-            crate::page::SECRET.store(crate::os::random_usize(), Ordering::Relaxed);
-            os::at_exit(crate::secure::check_at_exit);
+            crate::check::secure::check_page_size();
+            crate::small::page::SECRET.store(crate::os::random_usize(), Ordering::Relaxed);
+            os::at_exit(crate::check::secure::check_at_exit);
         }
         os::at_fork(fork_prepare, fork_parent, fork_child);
         if crate::config::config().stats {
@@ -228,7 +229,7 @@ extern "C" fn thread_exit(value: *mut c_void) {
     // used by no other thread.
     unsafe {
         crate::thread::live::live_remove(heap);
-        crate::abandon::heap_retire(heap);
+        crate::thread::abandon::heap_retire(heap);
     }
 }
 
@@ -236,10 +237,10 @@ extern "C" fn thread_exit(value: *mut c_void) {
 extern "C" fn fork_prepare() {
     // In lock order: a purge pass (PURGE) takes the list locks below it.
     arch::fork_lock();
-    crate::purge::lock_purges();
+    crate::segment::purge::lock_purges();
     crate::thread::live::lock_live();
     heap::pool_lock();
-    crate::abandon::lock_retired();
+    crate::thread::abandon::lock_retired();
     arena::lock_all();
     crate::policy::fork_lock();
 }
@@ -248,10 +249,10 @@ extern "C" fn fork_prepare() {
 extern "C" fn fork_parent() {
     crate::policy::fork_unlock();
     arena::unlock_all();
-    crate::abandon::unlock_retired();
+    crate::thread::abandon::unlock_retired();
     heap::pool_unlock();
     crate::thread::live::unlock_live();
-    crate::purge::unlock_purges();
+    crate::segment::purge::unlock_purges();
     arch::fork_unlock();
 }
 
@@ -259,11 +260,11 @@ extern "C" fn fork_parent() {
 extern "C" fn fork_child() {
     crate::policy::fork_unlock();
     arena::unlock_all();
-    crate::abandon::unlock_retired();
+    crate::thread::abandon::unlock_retired();
     heap::pool_unlock();
     // The child's thread has new kernel ids: its heap is listed anew.
     crate::thread::live::live_fork_child(heap());
-    crate::purge::unlock_purges();
+    crate::segment::purge::unlock_purges();
     arch::fork_unlock();
-    crate::remote::fork_child_repair();
+    crate::thread::remote::fork_child_repair();
 }

@@ -24,14 +24,14 @@
 //! can hold back is bounded: `REMOTE_BATCHES * REMOTE_BATCH_BYTES` (64 KiB),
 //! also while it sleeps.
 
-use crate::arena;
-use crate::heap::{is_static_heap, Heap};
-use crate::page::{Block, Page, PAGE_IN_FULL};
-use crate::page_queue::settle;
-use crate::refill::maybe_free_segment;
+use crate::segment::arena;
 use crate::segment::{self, Segment, PAGES_PER_SEGMENT};
+use crate::small::page::{Block, Page, PAGE_IN_FULL};
+use crate::small::page_queue::settle;
+use crate::small::refill::maybe_free_segment;
 use crate::sync::{race_window, Ordering, Window};
 use crate::thread;
+use crate::thread::heap::{is_static_heap, Heap};
 use core::ptr;
 
 /// Chains a heap keeps open at a time (one per page, by a hash of the page).
@@ -91,7 +91,7 @@ pub(crate) unsafe fn remote_free(heap: *mut Heap, page: *mut Page, block: *mut B
         let batch = &mut (*heap).remote[batch_slot(page)];
         if batch.page == page {
             (*block).next = (*page).encode(batch.head);
-            crate::valgrind::header_done(block);
+            crate::check::valgrind::header_done(block);
             batch.head = block;
             batch.count += 1;
         } else {
@@ -103,7 +103,7 @@ pub(crate) unsafe fn remote_free(heap: *mut Heap, page: *mut Page, block: *mut B
                 count: 1,
             };
             // Its link is written when the batch is pushed (`push_remote`).
-            crate::valgrind::header_done(block);
+            crate::check::valgrind::header_done(block);
         }
         if batch.count as usize * size >= REMOTE_BATCH_BYTES {
             flush_batch(batch);
@@ -264,7 +264,7 @@ pub(crate) fn fork_child_repair() {
         }
     }
     arena::abandoned_for_each(|seg| repair(seg, ptr::null_mut()));
-    crate::abandon::retired_for_each(|retired| {
+    crate::thread::abandon::retired_for_each(|retired| {
         // SAFETY: a retired heap no thread uses; the child is alone.
         let mut seg = unsafe { (*retired).segments };
         while !seg.is_null() {

@@ -4,7 +4,7 @@
 //! state (the byte-level helpers are in `check/secure.rs`).
 
 use super::{freed_mark, Block, Page, MAP_WORDS};
-use crate::secure;
+use crate::check::secure;
 use crate::sync::Ordering;
 
 impl Page {

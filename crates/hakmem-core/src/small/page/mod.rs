@@ -93,7 +93,7 @@
 //! its link word; `pop_fresh` tells `calloc` so.
 
 #[cfg(feature = "secure")]
-use crate::secure;
+use crate::check::secure;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use core::ptr;
 
@@ -128,7 +128,7 @@ pub(crate) fn freed_mark(page: *const Page) -> usize {
 /// What `Page::start_word` is XORed with: the top bit with the `valgrind`
 /// feature (a value no pointer has: memcheck never takes it for one),
 /// nothing otherwise.
-const START_HIDE: usize = if crate::valgrind::ENABLED {
+const START_HIDE: usize = if crate::check::valgrind::ENABLED {
     1 << (usize::BITS - 1)
 } else {
     0
@@ -381,10 +381,10 @@ impl Page {
         return self.next_checked(block, "malloc()");
         #[cfg(not(feature = "secure"))]
         {
-            crate::valgrind::header_access(block);
+            crate::check::valgrind::header_access(block);
             // SAFETY: block is a free block of this page (callers walk its lists).
             let next = unsafe { (*block).next };
-            crate::valgrind::header_done(block);
+            crate::check::valgrind::header_done(block);
             next
         }
     }
@@ -557,7 +557,7 @@ impl Page {
         // SAFETY: blocks base..base+n lie inside the span (n <= remaining),
         // which is mapped read-write and owned by this page's owner.
         unsafe {
-            crate::valgrind::undefined(self.start().add(base * bs), n * bs);
+            crate::check::valgrind::undefined(self.start().add(base * bs), n * bs);
             let block = |i: u16| self.start().add((base + i as usize) * bs) as *mut Block;
             // `secure`: the new blocks read as `FILL` and carry the freed
             // mark, as every free block does.
@@ -575,7 +575,7 @@ impl Page {
             (*block(order[n - 1])).next = self.encode(ptr::null_mut());
             self.on_free_was_free(block(order[n - 1]) as *const u8);
             self.free = block(order[0]);
-            crate::valgrind::no_access(self.start().add(base * bs), n * bs);
+            crate::check::valgrind::no_access(self.start().add(base * bs), n * bs);
         }
         self.capacity += n as u32;
         self.set_carved(self.capacity);
@@ -589,7 +589,7 @@ impl Page {
         let b = self.free;
         debug_assert!(!b.is_null());
         self.free = self.next_of(b);
-        crate::valgrind::header_access(b);
+        crate::check::valgrind::header_access(b);
         self.on_alloc(b, size);
         self.used += 1;
         b as *mut u8
@@ -605,7 +605,7 @@ impl Page {
             // SAFETY: block is a handed-out block of this page, being freed
             // by its owner: its link word is ours to write.
             unsafe { (*block).next = self.encode(self.free) };
-            crate::valgrind::header_done(block);
+            crate::check::valgrind::header_done(block);
             self.free = block;
         }
         #[cfg(feature = "secure")]
@@ -623,10 +623,10 @@ impl Page {
     /// module docs; never in `secure` builds, which fill every block).
     pub(crate) fn pop_fresh(&mut self, size: usize) -> (*mut u8, bool) {
         debug_assert!(!self.free.is_null());
-        crate::valgrind::header_access(self.free);
+        crate::check::valgrind::header_access(self.free);
         // SAFETY: free is a free block of this page: both words are ours to read.
         let never_freed = unsafe { (*self.free).freed == 0 };
-        crate::valgrind::header_done(self.free);
+        crate::check::valgrind::header_done(self.free);
         (self.pop(size), self.zero_init && never_freed)
     }
 

@@ -38,9 +38,9 @@ impl Page {
                     }
                     tail = next;
                 }
-                crate::valgrind::header_access(tail);
+                crate::check::valgrind::header_access(tail);
                 (*tail).next = self.encode(self.free);
-                crate::valgrind::header_done(tail);
+                crate::check::valgrind::header_done(tail);
             }
         }
         self.free = head;
@@ -71,9 +71,9 @@ impl Page {
             // SAFETY: the chain's blocks are blocks of this page being freed
             // by the caller, who owns them until the CAS publishes them.
             unsafe {
-                crate::valgrind::header_access(tail);
+                crate::check::valgrind::header_access(tail);
                 (*tail).next = self.encode((old & REMOTE_HEAD_MASK) as *mut Block);
-                crate::valgrind::header_done(tail);
+                crate::check::valgrind::header_done(tail);
             }
             let parked = old & FULL_NOTIFY != 0;
             let total = (old >> REMOTE_COUNT_SHIFT) + count as usize;

@@ -12,22 +12,22 @@ impl Span {
     fn new(len: usize) -> Self {
         // Written only to fill the `secure` build's table.
         #[cfg_attr(not(feature = "secure"), allow(unused_mut))]
-        let mut span = Span(std::vec![0u128; (len + crate::secure::UNIT_TABLE_BYTES).div_ceil(16)]);
+        let mut span = Span(std::vec![0u128; (len + crate::check::secure::UNIT_TABLE_BYTES).div_ceil(16)]);
         #[cfg(feature = "secure")]
         // SAFETY: the table lies inside the span's memory.
         unsafe {
-            crate::secure::fill(span.0.as_mut_ptr() as *mut u8, crate::secure::UNIT_TABLE_BYTES)
+            crate::check::secure::fill(span.0.as_mut_ptr() as *mut u8, crate::check::secure::UNIT_TABLE_BYTES)
         };
         span
     }
 
     fn start(&mut self) -> *mut u8 {
         // SAFETY: the table's bytes lie inside the span's memory.
-        unsafe { (self.0.as_mut_ptr() as *mut u8).add(crate::secure::UNIT_TABLE_BYTES) }
+        unsafe { (self.0.as_mut_ptr() as *mut u8).add(crate::check::secure::UNIT_TABLE_BYTES) }
     }
 
     fn len(&self) -> usize {
-        self.0.len() * 16 - crate::secure::UNIT_TABLE_BYTES
+        self.0.len() * 16 - crate::check::secure::UNIT_TABLE_BYTES
     }
 }
 
@@ -132,7 +132,7 @@ fn remote_free_is_collected_by_owner() {
 
 #[test]
 fn every_span_fits_the_remote_count() {
-    use crate::class::{span_pages, BLOCK_SIZE};
+    use crate::small::class::{span_pages, BLOCK_SIZE};
     for (class, block_size) in BLOCK_SIZE.iter().enumerate() {
         let blocks = span_pages(class) * crate::segment::PAGE_SIZE / block_size;
         assert!(blocks <= 4096, "class {class}: {blocks} blocks");
@@ -208,7 +208,7 @@ fn block_starts_are_recognised_without_division() {
 
 #[test]
 fn block_index_is_exact_for_every_class_and_bounded_by_what_is_carved() {
-    let mut sizes: Vec<usize> = crate::class::BLOCK_SIZE.to_vec();
+    let mut sizes: Vec<usize> = crate::small::class::BLOCK_SIZE.to_vec();
     sizes.extend([31 * 65536, 31 * 65536 - 4096, 65536, 3 * 65536]);
     for bs in sizes {
         let mut page = Page::empty();
@@ -318,18 +318,18 @@ fn secure_blocks_are_filled_and_sized() {
     let p = page.pop(20);
     // SAFETY: p is a 48-byte block of the span, handed out.
     unsafe {
-        assert!(crate::secure::is_filled(p, 48));
+        assert!(crate::check::secure::is_filled(p, 48));
         assert_eq!(page.requested_size(p), 20);
         assert_eq!(page.check_live(p, "test"), 20);
         p.write_bytes(7, 20);
         page.set_requested_size(p, 8);
         assert!(
-            crate::secure::is_filled(p.add(8), 40),
+            crate::check::secure::is_filled(p.add(8), 40),
             "bytes past the new size are canary"
         );
         page.on_free(p);
         assert!(
-            crate::secure::is_filled(p.add(16), 32),
+            crate::check::secure::is_filled(p.add(16), 32),
             "free fills what the block held"
         );
     }

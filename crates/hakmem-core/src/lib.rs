@@ -7,16 +7,18 @@
 //! static GLOBAL: hakmem_core::Hakmem = hakmem_core::Hakmem;
 //! ```
 //!
-//! One module per job, top-down (docs/DESIGN.md has the whole picture):
+//! The layers, top-down, a folder each (docs/DESIGN.md has the picture;
+//! each folder's `mod.rs` says what the layer owns and what it calls):
 //! this file (the `Hakmem` type, the C-style entry points, argument checks
-//! and routing by size) → `class` (size classes) → `alloc` (allocation
-//! from the thread heap) and `free` (every free) → `heap` (the thread heap
-//! and its life cycle) and its jobs: `refill` (the allocation slow path),
-//! `page_queue`, `remote` (frees into other threads' pages), `abandon`
-//! (thread exit, reclaim), `purge` → `page` (a page's lists and states) →
-//! `segment` (2 MiB segments and their spans), `segment_map`, `huge`,
-//! `arena` (the segment cache and the abandoned list) → `os` (the only
-//! code that calls the OS). `thread` binds heaps to threads.
+//! and routing by size) → `thread` (the heap, binding threads to heaps,
+//! thread exit, remote frees, local heaps) ⇄ `small` (size classes, pages,
+//! page queues, allocation and free) → `huge` (huge blocks) → `segment`
+//! (2 MiB segments, the segment map, the segment cache and abandoned list,
+//! purging) → `arch` and `os` (the only processor- and system-specific
+//! code). Beside them: `check` (the secure build's checks and valgrind's
+//! requests, hooks that compile to nothing by default), `config`, `stats`,
+//! `policy` (the adaptive purge delay and huge cache limit), `sync` (the
+//! atomics shim for loom, the spin lock), `list` (locked intrusive lists).
 //!
 //! The crate is `no_std`; it needs `libc` (mmap, pthread keys) and runs on
 //! x86-64 Linux.
@@ -240,7 +242,7 @@ mod front {
 
     /// A huge block for `heap`, listed in it when it is a local heap (so
     /// that destroying the heap frees it). None for an orphaned local heap
-    /// (its thread has exited: it allocates nothing, local.rs), whose
+    /// (its thread has exited: it allocates nothing, thread/local.rs), whose
     /// struct goes back to the pool when its handle is deleted or
     /// destroyed — with nothing listed in it.
     ///

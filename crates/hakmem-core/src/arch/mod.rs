@@ -19,7 +19,14 @@
 //! * `map_entry_is_set(map, index)`: entry `index` of the segment map is
 //!   not 0 (an Acquire load);
 //! * `fork_lock`, `fork_unlock`: whatever lock the binding holds while it
-//!   sets a thread's slot, taken across `fork` (thread.rs).
+//!   sets a thread's slot, taken across `fork` (thread/mod.rs);
+//!
+//! and, with the `valgrind` feature on x86-64 whatever the binding,
+//! `valgrind::client_request` (the request sequence check/valgrind.rs
+//! uses). All of hakmem's assembly is here.
+//!
+//! **Layer: the processor**, at the bottom with `os`: it calls only `os`
+//! and reads the types it tests (`small::page::Page`, `thread::heap::Heap`).
 
 #[cfg(all(target_arch = "x86_64", not(any(hakmem_portable, hakmem_loom))))]
 #[path = "x86_64.rs"]

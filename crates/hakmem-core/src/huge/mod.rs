@@ -1,3 +1,16 @@
+//! **Layer: huge blocks** — blocks larger than a segment's pages hold, or
+//! aligned to more than 64 KiB: a mapping each with a segment header
+//! (this file), the cache of freed mappings (`cache`), the arena of 2 MiB
+//! units for blocks up to 64 MiB (`arena`, default build), `realloc` by
+//! `mremap` (`realloc`), local heaps' lists of their huge blocks
+//! (`local`), and the secure build's guarded blocks and quarantine
+//! (`quarantine`).
+//!
+//! Calls down: `segment` (the header type, the segment map, the purge
+//! deadline hint), `os`, the `check` hooks. Up: only the type of a local
+//! heap (`thread::heap::Heap`), whose list holds its huge blocks, and the
+//! page type for a block's freed mark (`small::page`).
+//!
 //! Huge blocks: larger than a segment's pages can hold, or aligned to more
 //! than 64 KiB. Each is one dedicated mapping with a segment header at a
 //! 2 MiB boundary (kind `Huge`, no owner heap, so every free of it takes
@@ -15,7 +28,7 @@
 //! beyond the one it replaces, not for every byte of every buffer (mimalloc
 //! and tcmalloc reuse freed ranges for smaller requests the same way).
 //!
-//! **Huge blocks of local heaps.** A local heap (local.rs) must be able to
+//! **Huge blocks of local heaps.** A local heap (thread/local.rs) must be able to
 //! free all its blocks at once, huge ones included, but a huge segment has
 //! no owner whose pages it could walk. So a local heap's huge segments are
 //! linked into a list in the heap (`Heap::huge`, through `Segment::next`

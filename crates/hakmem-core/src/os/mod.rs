@@ -2,6 +2,10 @@
 //! mappings, the clock, stderr, abort, the environment, thread keys and
 //! process hooks.
 //!
+//! **Layer: the system**, at the bottom: it calls nothing of hakmem's but
+//! the configuration (`HAKMEM_VERBOSE`, for its one report of a refused
+//! call) and `sync`'s plain atomics (its counters).
+//!
 //! This file is the part every system shares: each memory call preserves
 //! the caller's `errno` on success (a successful `malloc` must not clobber
 //! it; on failure the caller sets `ENOMEM`) and is counted (always on:

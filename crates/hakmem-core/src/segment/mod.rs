@@ -1,3 +1,22 @@
+//! **Layer: segments** — the 2 MiB regions every normal block lives in:
+//! the header and its arithmetic (this file), the segment map ("is this a
+//! hakmem segment?", `map`), where segments come from and wait (the OS,
+//! the segment cache, the abandoned list: `arena`), and time-driven
+//! purging with the global purge pass (`purge`).
+//!
+//! Calls down: `os`, `arch` (the map's one-compare test), the `check`
+//! hooks (the secure build's guard pages).
+//!
+//! Up, and why: the header holds the page metadata (`small::page::Page`)
+//! and names its owner heap (`thread::heap::Heap`), so the notification
+//! of a parked page's first remote free (`Segment::notify`) writes the
+//! heap's flag. The global purge pass (`purge`) is the process's one clock
+//! for what waits on time, wherever it lives: a heap's periodic sweep of
+//! its queued pages (`small::page_queue`, `small::refill`), the huge cache
+//! and arena (`huge`), retired heaps and threads gone without their exit
+//! hook (`thread::abandon`, `thread::live`); `arena` takes the huge locks
+//! in `fork`'s order.
+//!
 //! Segments: 2 MiB, 2 MiB-aligned regions of 32 pages of 64 KiB, with the
 //! page metadata in a header in the first page.
 //!
@@ -12,12 +31,12 @@
 //! header's untouched tail is never faulted in.
 //!
 //! A *normal* segment belongs to one heap (`heap`), which carves spans of
-//! pages from it without locks: a thread heap, or a local heap (local.rs),
+//! pages from it without locks: a thread heap, or a local heap (thread/local.rs),
 //! whose segments also name the thread that made it (`local_parent`). A
 //! free is local exactly when the segment's `heap` is the calling thread's
 //! heap or its `local_parent` is (one of the calling thread's local
 //! heaps). A *huge* segment is one dedicated mapping holding a single block
-//! (huge.rs); its `heap` is null, or the local heap that allocated it, and
+//! (huge/); its `heap` is null, or the local heap that allocated it, and
 //! every free of it takes the slow path, from any thread.
 //!
 //! Free memory goes back to the OS after `HAKMEM_PURGE_DELAY` ms: freed spans
@@ -28,7 +47,7 @@
 //!
 //! Elsewhere: the segment map ("is this a hakmem segment header?", O(1),
 //! segment_map.rs), the cache of empty segments and the abandoned list
-//! (arena.rs), huge blocks (huge.rs).
+//! (arena.rs), huge blocks (huge/).
 //!
 //! Invariants: `free_units` never has bit 0; `used_pages` is the number of
 //! span heads with `in_use`; a normal segment is in exactly one of: its
@@ -81,7 +100,7 @@ pub(crate) enum SegmentKind {
 pub(crate) struct Segment {
     /// Owner heap (null when not owned); read by remote frees to notify.
     /// A huge segment: the local heap whose list holds it (null: none; see
-    /// huge.rs, "Huge blocks of local heaps").
+    /// huge/mod.rs, "Huge blocks of local heaps").
     pub(crate) heap: AtomicPtr<Heap>,
     /// A normal segment owned by a local heap: the thread heap of the
     /// thread that made that local heap (`Heap::parent`), the only thread
@@ -121,7 +140,7 @@ pub(crate) struct Segment {
     /// `secure` huge segments: the size the block was asked for.
     #[cfg(feature = "secure")]
     pub(crate) huge_size: usize,
-    /// `secure` huge segments in quarantine (huge.rs): the count of huge
+    /// `secure` huge segments in quarantine (huge/): the count of huge
     /// frees when this one was freed.
     #[cfg(feature = "secure")]
     pub(crate) quarantined_at: u64,

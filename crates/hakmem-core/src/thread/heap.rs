@@ -92,7 +92,7 @@ pub(crate) struct Heap {
     pub(crate) local_next: *mut Heap,
     pub(crate) local_prev: *mut Heap,
     /// A local heap: the huge segments of its live huge blocks, linked
-    /// through `Segment::next/prev`; under huge.rs's lock, as any thread
+    /// through `Segment::next/prev`; under huge/local.rs's lock, as any thread
     /// may free one of them.
     pub(crate) huge: *mut Segment,
     /// A thread heap in use by a live thread: its place on the list of

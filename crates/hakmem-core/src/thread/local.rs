@@ -24,7 +24,7 @@
 //! * It only takes empty segments (from the cache or the OS), never an
 //!   abandoned one: destroying it frees every page it holds, and the pages
 //!   of a reclaimed segment hold other heaps' blocks (abandon.rs).
-//! * Its huge blocks are listed in it (huge.rs), so destroying it frees
+//! * Its huge blocks are listed in it (huge/), so destroying it frees
 //!   them too.
 //!
 //! **Delete** (`local_delete`, `Drop for LocalHeap`): the thread heap takes

@@ -1,3 +1,17 @@
+//! **Layer: heaps and threads** — the `Heap` a thread allocates from and
+//! its life cycle (`heap`), which heap the calling thread uses and its
+//! set-up and exit hook (this file), thread exit and reclaim (`abandon`),
+//! the look for threads gone without their exit hook (`live`), frees into
+//! other threads' pages and the owner's notifications (`remote`), and
+//! local heaps (`local`).
+//!
+//! Calls down: `small` (settling a collected or reclaimed page, releasing
+//! a span, a local heap's allocations), `segment` (segments to own,
+//! abandon and free; the purge pass), `huge` (a local heap's huge blocks),
+//! `arch` (the thread's slot), `os`, the `check` hooks. `small` calls back
+//! up into this layer where a page's owner is needed (small/mod.rs says
+//! where and why).
+//!
 //! Thread binding: which heap the calling thread uses, its set-up on the
 //! first allocation, the thread-exit hook, and `fork`.
 //!

@@ -58,7 +58,7 @@
 //!
 //! `used` counts the blocks not known to the owner to be free: those the
 //! program holds, those waiting on `remote_free`, and those another thread
-//! has freed but still holds in one of its remote batches (remote.rs: they
+//! has freed but still holds in one of its remote batches (thread/remote.rs: they
 //! carry their freed mark, and reach `remote_free` only with their chain).
 //! So a page is empty for its owner only when every block has come back to
 //! `free`, and a page with blocks in a batch stays in use, of its class.

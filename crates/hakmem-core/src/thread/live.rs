@@ -121,7 +121,10 @@ pub(crate) unsafe fn live_remove(heap: *mut Heap) {
 /// system calls.
 #[cfg(not(hakmem_loom))]
 pub(crate) fn reap_exited(now: u64, force: bool) -> u64 {
-    let mut looked: [(*mut Heap, (i32, i32), u32); REAP_BATCH] = [(ptr::null_mut(), (0, 0), 0); REAP_BATCH];
+    // Each heap looked at, its ids and generation, and whether its look
+    // was due (only a due look that finds the thread alive ends them).
+    let mut looked: [(*mut Heap, (i32, i32), u32, bool); REAP_BATCH] =
+        [(ptr::null_mut(), (0, 0), 0, false); REAP_BATCH];
     let mut n = 0;
     let mut next = u64::MAX;
     LIVE.lock.lock();
@@ -135,7 +138,7 @@ pub(crate) fn reap_exited(now: u64, force: bool) -> u64 {
                 if !force && due > now {
                     next = next.min(due);
                 } else if n < REAP_BATCH {
-                    looked[n] = (heap, entry.ids, entry.generation);
+                    looked[n] = (heap, entry.ids, entry.generation, due <= now);
                     n += 1;
                 } else {
                     next = now;
@@ -146,7 +149,7 @@ pub(crate) fn reap_exited(now: u64, force: bool) -> u64 {
     }
     LIVE.lock.unlock();
     let mut gone = [false; REAP_BATCH];
-    for (i, &(_, ids, _)) in looked[..n].iter().enumerate() {
+    for (i, &(_, ids, _, _)) in looked[..n].iter().enumerate() {
         gone[i] = !crate::os::thread_exists(ids);
     }
     let mut reaped = [ptr::null_mut::<Heap>(); REAP_BATCH];
@@ -157,7 +160,7 @@ pub(crate) fn reap_exited(now: u64, force: bool) -> u64 {
     // run (it would have unlisted it), and for a thread found gone it never
     // will, so the heap is ours once unlisted.
     unsafe {
-        for (i, &(heap, ids, generation)) in looked[..n].iter().enumerate() {
+        for (i, &(heap, ids, generation, due)) in looked[..n].iter().enumerate() {
             if (*heap).live.ids != ids || (*heap).live.generation != generation {
                 continue;
             }
@@ -165,7 +168,10 @@ pub(crate) fn reap_exited(now: u64, force: bool) -> u64 {
                 live_unlink(heap);
                 reaped[r] = heap;
                 r += 1;
-            } else {
+            } else if due {
+                // Alive a second after its listing: an ordinary thread.
+                // (Alive at an early, forced look, it may be one that is
+                // dying right now: it is looked at again.)
                 (*heap).live.checked = true;
             }
         }

@@ -74,6 +74,10 @@ mod front {
     use core::ptr;
 
     pub use crate::config::{config, Config, OnError, Policy, DEFAULT_PURGE_DELAY_MS};
+    /// Failures injected at the OS calls: test builds under `--cfg
+    /// hakmem_fault_injection` only (tests/fault_injection.rs).
+    #[cfg(hakmem_fault_injection)]
+    pub use crate::os::fault;
     pub use crate::os::{os_counters, page_size as os_page_size, Line, OsCounters, StackText};
     pub use crate::policy::{report as policy_report, Decision, PolicyReport};
     pub use crate::segment::arena::{abandoned_count, cached_count};

@@ -96,8 +96,14 @@ pub(super) fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     // header unit's last page up to the block's first page, and the last
     // page) and the canaries around the block, which is not handed out yet.
     unsafe {
-        os::protect_none(base.add(PAGE_SIZE - page), page + block_pages_at);
-        os::protect_none(base.add(total - page), page);
+        if !os::protect_none(base.add(PAGE_SIZE - page), page + block_pages_at)
+            || !os::protect_none(base.add(total - page), page)
+        {
+            // No huge block without its guards (the kernel is out of
+            // mapping records): the caller sees no memory.
+            os::unmap(base, total);
+            return (ptr::null_mut(), false);
+        }
         let first = base.add(PAGE_SIZE + block_pages_at);
         secure::fill(first, p as usize - first as usize);
         let end = p.add(size);
@@ -286,7 +292,11 @@ pub(super) unsafe fn quarantine_put(segment: *mut Segment, delay: i64) -> *mut S
             (*segment).dirty_units = 1;
             (*segment).purge_at_ms = if delay > 0 { os::now_ms() + delay as u64 } else { 0 };
         }
-        os::protect_none(first, total - PAGE_SIZE - page);
+        if !os::protect_none(first, total - PAGE_SIZE - page) {
+            // A mapping that cannot be closed does not wait in quarantine
+            // (a dangling pointer would reach it): it is unmapped.
+            return segment;
+        }
         HUGE_CACHE.lock.lock();
         *HUGE_CACHE.frees.get() += 1;
         (*segment).quarantined_at = *HUGE_CACHE.frees.get();

@@ -113,10 +113,11 @@ pub(crate) fn is_mapped(p: *mut u8, size: usize) -> bool {
 }
 
 /// Asks for (or against) transparent huge pages on a mapping of ours.
-pub(crate) fn advise_huge_pages(p: *mut u8, size: usize, on: bool) {
+/// Returns whether the kernel took the advice.
+pub(crate) fn advise_huge_pages(p: *mut u8, size: usize, on: bool) -> bool {
     let advice = if on { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
     // SAFETY: advice only; the range is a mapping of ours.
-    unsafe { libc::madvise(p.cast(), size, advice) };
+    unsafe { libc::madvise(p.cast(), size, advice) == 0 }
 }
 
 #[cfg_attr(feature = "secure", allow(dead_code))]
@@ -158,9 +159,11 @@ pub(crate) unsafe fn remap_in_place(p: *mut u8, old: usize, new: usize) -> bool 
 /// # Safety
 /// The range must be part of a mapping of ours and hold nothing handed
 /// out.
-pub(crate) unsafe fn protect_none(p: *mut u8, size: usize) {
+/// Returns false when the kernel refuses (out of memory for its mapping
+/// records, past `vm.max_map_count`).
+pub(crate) unsafe fn protect_none(p: *mut u8, size: usize) -> bool {
     // SAFETY: the caller guarantees the range is ours and unused.
-    unsafe { libc::mprotect(p.cast(), size, libc::PROT_NONE) };
+    unsafe { libc::mprotect(p.cast(), size, libc::PROT_NONE) == 0 }
 }
 
 /// Makes `[p, p + size)` readable and writable again; false when the
@@ -275,9 +278,9 @@ pub(crate) fn thread_key_get(key: ThreadKey) -> *mut c_void {
 
 /// Sets the calling thread's value for `key`. glibc allocates (`calloc`) a
 /// second-level block the first time a thread sets a key past the 32nd.
-pub(crate) fn thread_key_set(key: ThreadKey, value: *mut c_void) {
+pub(crate) fn thread_key_set(key: ThreadKey, value: *mut c_void) -> bool {
     // SAFETY: key was created by `thread_key_create`.
-    unsafe { libc::pthread_setspecific(key, value) };
+    unsafe { libc::pthread_setspecific(key, value) == 0 }
 }
 
 /// A number that identifies the calling thread among the living ones.

@@ -37,14 +37,48 @@
 #[path = "linux.rs"]
 mod sys;
 
+#[cfg(hakmem_fault_injection)]
+pub mod fault;
+
+/// Whether the OS call of kind `$call` about to be made must fail
+/// (`--cfg hakmem_fault_injection` test builds: see fault.rs); always
+/// false otherwise, where it compiles to nothing.
+macro_rules! refused {
+    ($call:ident) => {{
+        #[cfg(hakmem_fault_injection)]
+        let refused = fault::refuse(fault::Call::$call);
+        #[cfg(not(hakmem_fault_injection))]
+        let refused = false;
+        refused
+    }};
+}
+
 #[cfg(not(target_os = "linux"))]
 compile_error!(
     "hakmem-core: os/ has only a Linux implementation; docs/DESIGN.md (\"Platforms\") lists what another system must provide"
 );
 
-pub(crate) use sys::{
-    at_exit, at_fork, for_each_env, thread_key_create, thread_key_delete, thread_key_set, ThreadKey, EINVAL, ENOMEM,
-};
+pub(crate) use sys::{at_exit, at_fork, for_each_env, thread_key_delete, ThreadKey, EINVAL, ENOMEM};
+
+/// Creates a thread key whose `destructor` runs at a thread's exit for a
+/// value that is not null; None when the system has no key left.
+pub(crate) fn thread_key_create(destructor: unsafe extern "C" fn(*mut core::ffi::c_void)) -> Option<ThreadKey> {
+    if refused!(ThreadKey) {
+        failed("pthread_key_create");
+        return None;
+    }
+    sys::thread_key_create(destructor)
+}
+
+/// Sets the calling thread's value for `key`; false when libc refuses
+/// (glibc allocates a second-level block for keys past the 32nd).
+pub(crate) fn thread_key_set(key: ThreadKey, value: *mut core::ffi::c_void) -> bool {
+    if refused!(ThreadKey) || !sys::thread_key_set(key, value) {
+        failed("pthread_setspecific");
+        return false;
+    }
+    true
+}
 
 /// The kernel's ids of the calling thread: (process, thread).
 pub(crate) fn kernel_ids() -> (i32, i32) {
@@ -68,7 +102,7 @@ pub(crate) fn thread_exists((pid, tid): (i32, i32)) -> bool {
 /// `errno` is left alone.
 pub(crate) fn keep_loaded(code: *const core::ffi::c_void) -> bool {
     let _keep = KeepErrno::new();
-    sys::keep_loaded(code)
+    !refused!(KeepLoaded) && sys::keep_loaded(code)
 }
 // The portable thread binding's (arch/portable.rs).
 #[allow(unused_imports)]
@@ -163,7 +197,7 @@ pub fn set_errno(value: i32) {
 pub(crate) fn map(size: usize) -> *mut u8 {
     let _keep = KeepErrno::new();
     MMAP_CALLS.fetch_add(1, Ordering::Relaxed);
-    let p = sys::map(size);
+    let p = if refused!(Map) { ptr::null_mut() } else { sys::map(size) };
     if p.is_null() {
         failed("mmap");
     } else {
@@ -203,7 +237,7 @@ pub(crate) unsafe fn unmap(p: *mut u8, size: usize) {
         return;
     }
     // SAFETY: the caller guarantees the range is ours and unused.
-    if !unsafe { sys::unmap(p, size) } {
+    if refused!(Unmap) || !unsafe { sys::unmap(p, size) } {
         // Still mapped (splitting a mapping past `vm.max_map_count`): the
         // range is lost to hakmem, not to the program.
         failed("munmap");
@@ -270,7 +304,11 @@ static NEXT_HINT: AtomicUsize = AtomicUsize::new(0);
 pub(crate) fn map_at(addr: usize, size: usize) -> *mut u8 {
     let _keep = KeepErrno::new();
     MMAP_CALLS.fetch_add(1, Ordering::Relaxed);
-    let p = sys::map_at(addr, size);
+    let p = if refused!(Map) {
+        ptr::null_mut()
+    } else {
+        sys::map_at(addr, size)
+    };
     if p.is_null() {
         // A taken range (`EEXIST`) is the common answer, not a failure.
         if errno() != sys::EEXIST {
@@ -343,7 +381,7 @@ pub(crate) unsafe fn purge(p: *mut u8, size: usize) -> bool {
     let _keep = KeepErrno::new();
     MADVISE_CALLS.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the caller guarantees the range is ours and unused.
-    let done = unsafe { sys::purge(p, size) };
+    let done = !refused!(Purge) && unsafe { sys::purge(p, size) };
     if !done {
         FAILED_PURGES.fetch_add(1, Ordering::Relaxed);
         failed("madvise(MADV_DONTNEED)");
@@ -362,7 +400,10 @@ pub(crate) fn is_mapped(p: *mut u8, size: usize) -> bool {
 pub(crate) fn advise_huge_pages(p: *mut u8, size: usize, on: bool) {
     let _keep = KeepErrno::new();
     MADVISE_CALLS.fetch_add(1, Ordering::Relaxed);
-    sys::advise_huge_pages(p, size, on);
+    // Advice only: its failure changes nothing but the page size.
+    if refused!(Advise) || !sys::advise_huge_pages(p, size, on) {
+        failed("madvise");
+    }
 }
 
 // `secure` builds never resize huge mappings in place.
@@ -377,7 +418,11 @@ pub(crate) unsafe fn remap_to(p: *mut u8, old: usize, new: usize, to: *mut u8) -
     let _keep = KeepErrno::new();
     MREMAP_CALLS.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the caller's guarantee.
-    unsafe { sys::remap_to(p, old, new, to) }
+    let done = !refused!(Remap) && unsafe { sys::remap_to(p, old, new, to) };
+    if !done {
+        failed("mremap");
+    }
+    done
 }
 
 // `secure` builds never resize huge mappings in place.
@@ -390,8 +435,9 @@ pub(crate) unsafe fn remap_to(p: *mut u8, old: usize, new: usize, to: *mut u8) -
 pub(crate) unsafe fn remap_in_place(p: *mut u8, old: usize, new: usize) -> bool {
     let _keep = KeepErrno::new();
     MREMAP_CALLS.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: the caller's guarantee.
-    unsafe { sys::remap_in_place(p, old, new) }
+    // SAFETY: the caller's guarantee. (Not counted as a failure when it
+    // does not happen: growing in place often cannot.)
+    !refused!(Remap) && unsafe { sys::remap_in_place(p, old, new) }
 }
 
 /// Makes `[p, p + size)` inaccessible (guard pages and quarantined huge
@@ -400,10 +446,15 @@ pub(crate) unsafe fn remap_in_place(p: *mut u8, old: usize, new: usize) -> bool 
 /// # Safety
 /// The range must be part of a mapping of this module and hold nothing
 /// handed out (never, or no longer: a freed huge block in quarantine).
-pub(crate) unsafe fn protect_none(p: *mut u8, size: usize) {
+#[must_use = "a refused protection leaves the range accessible"]
+pub(crate) unsafe fn protect_none(p: *mut u8, size: usize) -> bool {
     let _keep = KeepErrno::new();
     // SAFETY: the caller's guarantee.
-    unsafe { sys::protect_none(p, size) };
+    let done = !refused!(Protect) && unsafe { sys::protect_none(p, size) };
+    if !done {
+        failed("mprotect");
+    }
+    done
 }
 
 /// Makes `[p, p + size)` readable and writable again (a `secure` build's
@@ -417,7 +468,11 @@ pub(crate) unsafe fn protect_none(p: *mut u8, size: usize) {
 pub(crate) unsafe fn protect_rw(p: *mut u8, size: usize) -> bool {
     let _keep = KeepErrno::new();
     // SAFETY: the caller's guarantee.
-    unsafe { sys::protect_rw(p, size) }
+    let done = !refused!(Protect) && unsafe { sys::protect_rw(p, size) };
+    if !done {
+        failed("mprotect");
+    }
+    done
 }
 
 /// Random bits from the kernel (for the `secure` feature's keys).
@@ -425,7 +480,8 @@ pub(crate) unsafe fn protect_rw(p: *mut u8, size: usize) -> bool {
 pub(crate) fn random_usize() -> usize {
     let _keep = KeepErrno::new();
     let v: usize = 0;
-    sys::random_usize().unwrap_or_else(|| now_ms() as usize ^ (&raw const v as usize))
+    let random = if refused!(Random) { None } else { sys::random_usize() };
+    random.unwrap_or_else(|| now_ms() as usize ^ (&raw const v as usize))
 }
 
 /// Gives the CPU to another thread (a wait that spun long enough).

@@ -61,7 +61,13 @@ pub(crate) fn segment_alloc() -> *mut Segment {
         for unit in 1..=PAGES_PER_SEGMENT {
             // SAFETY: the last OS page of a unit of the fresh segment, never
             // handed out (spans end before it: refill::page_alloc).
-            unsafe { os::protect_none((p as *mut u8).add(unit * PAGE_SIZE - guard), guard) };
+            if !unsafe { os::protect_none((p as *mut u8).add(unit * PAGE_SIZE - guard), guard) } {
+                // No segment without its guards (the kernel is out of
+                // mapping records): the caller sees no memory.
+                // SAFETY: the fresh mapping, not handed out.
+                unsafe { os::unmap(p as *mut u8, SEGMENT_SIZE) };
+                return ptr::null_mut();
+            }
         }
     }
     stats::segment_mapped(1);

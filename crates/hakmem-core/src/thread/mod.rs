@@ -162,6 +162,9 @@ pub(crate) fn init_heap() -> *mut Heap {
         return core::ptr::null_mut();
     }
     process_init();
+    // Without a key (none left) or its value (libc out of memory), the
+    // thread's exit hook will not run: its heap is then found once the
+    // thread is gone, as that of any thread that dies without it (live.rs).
     if let Some(key) = thread_key() {
         os::thread_key_set(key, heap as *mut c_void);
     }

@@ -32,8 +32,8 @@ pub enum Policy {
 pub struct Config {
     /// `HAKMEM_STATS=1`: print the statistics report at exit.
     pub stats: bool,
-    /// `HAKMEM_VERBOSE=1`: print the configuration when it is read (nothing
-    /// else is printed).
+    /// `HAKMEM_VERBOSE=1`: print the configuration when it is read, and the
+    /// first OS call the system refuses (nothing else is printed).
     pub verbose: bool,
     /// `HAKMEM_PURGE_DELAY`: milliseconds before free memory goes back to the
     /// OS; 0 = immediately, negative = never.

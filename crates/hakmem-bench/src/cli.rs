@@ -10,7 +10,7 @@
 //! same and exits with status 2 like any usage error.
 //!
 //! The parent passes every resolved parameter to its children explicitly
-//! (`runner::child_args`), so a child's `plan` sees no defaults.
+//! (`hakmem_bench::child::args`), so a child applies no defaults.
 
 use crate::allocators::{self, Allocator};
 use crate::report;
@@ -151,11 +151,6 @@ pub struct Cli {
     /// Kill a run that takes longer than this and report it as failed
     #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: u64,
-
-    /// Internal: run one workload against ALLOCATOR in this process and
-    /// print one result line (how the parent starts its children)
-    #[arg(long, value_name = "ALLOCATOR", hide = true, value_parser = parse_allocator)]
-    pub child: Option<Allocator>,
 }
 
 /// What the invocation does.
@@ -165,16 +160,9 @@ pub enum Mode {
     Compare,
     /// Compare the allocators as LD_PRELOADed libraries under `c/bench.c`.
     Preload,
-    /// Be one run: `jobs[0]` against this allocator, in this process.
-    Child(Allocator),
 }
 
-/// One workload with its resolved parameters.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Job {
-    pub workload: &'static str,
-    pub params: Params,
-}
+pub use hakmem_bench::child::Job;
 
 /// Everything the tool will do, fully resolved and checked.
 #[derive(Debug)]
@@ -275,16 +263,6 @@ fn parse_allocators(name: &str) -> Result<&'static [Allocator], String> {
     Allocator::parse_group(name).ok_or_else(|| {
         format!(
             "unknown allocator '{name}' (expected one of: {}, glibc, mimalloc)",
-            allocator_names()
-        )
-    })
-}
-
-/// The allocator of `--child`: exactly one.
-fn parse_allocator(name: &str) -> Result<Allocator, String> {
-    Allocator::from_name(name).ok_or_else(|| {
-        format!(
-            "unknown allocator '{name}' (expected one of: {}, glibc)",
             allocator_names()
         )
     })
@@ -412,17 +390,7 @@ impl Cli {
     /// the user, naming the offending option.
     pub fn plan(&self) -> Result<Plan, String> {
         let jobs = self.jobs()?;
-        let mode = match (self.child, self.preload) {
-            (Some(_), true) => return Err("--child cannot be combined with --preload".into()),
-            (Some(_), false) if !self.plot.is_empty() => return Err("--child cannot be combined with --plot".into()),
-            (Some(allocator), false) if !allocator.runs_in_process() => {
-                return Err(format!("allocator '{allocator}' is available only with --preload"))
-            }
-            (Some(allocator), false) if jobs.len() == 1 => Mode::Child(allocator),
-            (Some(_), false) => return Err("--child runs exactly one workload".into()),
-            (None, true) => Mode::Preload,
-            (None, false) => Mode::Compare,
-        };
+        let mode = if self.preload { Mode::Preload } else { Mode::Compare };
 
         let defaults = if self.preload {
             allocators::PRELOAD_DEFAULT
@@ -670,19 +638,6 @@ mod tests {
         assert!(err.contains("only with --preload"), "{err}");
     }
 
-    #[test]
-    fn child_mode_takes_one_workload_and_one_allocator() {
-        let plan = plan(&["--child", "mimalloc3", "--workloads", "c7"]).unwrap();
-        assert_eq!(plan.mode, Mode::Child(Allocator::Mimalloc3));
-        let plan = super::tests::plan(&["--child", "mimalloc2", "--workloads", "c7"]).unwrap();
-        assert_eq!(plan.mode, Mode::Child(Allocator::Mimalloc2));
-        assert!(super::tests::plan(&["--child", "mimalloc3", "--workloads", "c7,c6"]).is_err());
-        assert!(super::tests::plan(&["--child", "tcmalloc", "--workloads", "c7"]).is_err());
-        assert!(super::tests::plan(&["--child", "mimalloc-deb", "--workloads", "c7"]).is_err());
-        assert!(super::tests::plan(&["--child", "mimalloc", "--workloads", "c7"]).is_err());
-        assert!(super::tests::plan(&["--child", "system", "--workloads", "larson", "--threads", "1,2"]).is_err());
-    }
-
     fn jobs_of<'a>(plan: &'a Plan, name: &str) -> Vec<&'a Job> {
         plan.jobs.iter().filter(|j| j.workload == name).collect()
     }
@@ -823,8 +778,6 @@ mod tests {
             ]
         );
         assert!(super::tests::plan(&[]).unwrap().plots.is_empty());
-        let err = super::tests::plan(&["--child", "system", "--workloads", "c7", "--plot", "a.svg"]).unwrap_err();
-        assert!(err.contains("--plot"), "{err}");
     }
 
     #[test]

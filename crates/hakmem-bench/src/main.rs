@@ -2,35 +2,27 @@
 //! jemalloc (and, with `--preload`, Debian's mimalloc and tcmalloc), on the
 //! workloads of BENCHMARKING.md.
 //!
-//! `cargo run --release -p hakmem-bench` runs the default table; `--help`
-//! lists the workloads and options. The layers, top-down: `cli` (options →
-//! plan), `runner` (children, interleaving, the result line) with
-//! `progress` (the line on stderr), `report` (medians, ratios, the table,
-//! CSV and JSON, the scaling table), `plot` (the same results as SVG bar
-//! charts) with `raster` (that SVG painted into a PNG), `workloads` (the
-//! kernels, generic over `GlobalAlloc`) with `rng`, `allocators` (names →
-//! allocator values), `dlmimalloc` (the mimalloc v2 and v3 libraries
-//! `build.rs` compiles, and a `GlobalAlloc` over a `dlopen`ed one),
-//! `preload` (the C program and the libraries it runs under) and `scratch`
-//! (the private folder they are written to).
-//!
-//! This binary keeps the system allocator as its own global allocator: the
-//! allocators under test are only ever called explicitly by the workloads.
+//! `scripts/bench` builds both binaries and runs the default table;
+//! `--help` lists the workloads and options. This is the parent: it never
+//! runs a workload itself but starts `hakmem-bench-child` (the library's
+//! `child`, beside this executable) once per run, or the C program under
+//! `--preload`. The layers, top-down: `cli` (options → plan), `runner`
+//! (children, interleaving) with `progress` (the line on stderr, by
+//! `indicatif`), `report` (medians, ratios, the table, CSV and JSON, the
+//! scaling table), `plot` (the same results as bar charts, by `plotters`),
+//! `preload` (the C program and the libraries it runs under); from the
+//! library: `workloads`, `allocators`, `dlmimalloc`, `scratch`, `child`.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-mod allocators;
 mod cli;
-mod dlmimalloc;
 mod plot;
 mod preload;
 mod progress;
-mod raster;
 mod report;
-mod rng;
 mod runner;
-mod scratch;
-mod workloads;
+
+use hakmem_bench::{allocators, child, dlmimalloc, scratch, workloads};
 
 use cli::Mode;
 use std::process::{Command, ExitCode};
@@ -47,18 +39,14 @@ fn main() -> ExitCode {
             .exit(),
     };
     match plan.mode {
-        Mode::Child(allocator) => match runner::child_main(allocator, &plan.jobs[0]) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(message) => fail(&message),
-        },
         Mode::Compare => {
-            let exe = match std::env::current_exe() {
-                Ok(exe) => exe,
-                Err(e) => return fail(&format!("cannot find this executable to re-run it: {e}")),
+            let child = match child_binary() {
+                Ok(child) => child,
+                Err(message) => return fail(&message),
             };
             let cells = runner::run_plan(&plan, |job, allocator| {
-                let mut command = Command::new(&exe);
-                command.args(runner::child_args(job, allocator));
+                let mut command = Command::new(&child);
+                command.args(child::args(job, allocator));
                 command
             });
             finish(&plan, &cells, &[])
@@ -78,6 +66,20 @@ fn main() -> ExitCode {
             }
             Err(message) => fail(&message),
         },
+    }
+}
+
+/// `hakmem-bench-child`, which cargo builds beside this executable.
+fn child_binary() -> Result<std::path::PathBuf, String> {
+    let child = scratch::exe_dir()?.join(child::BINARY);
+    if child.is_file() {
+        Ok(child)
+    } else {
+        Err(format!(
+            "{} not found: build both binaries with `cargo build --release -p hakmem-bench` \
+             (scripts/bench does), not only this one",
+            child.display()
+        ))
     }
 }
 

@@ -11,48 +11,47 @@
 //!   first allocator stands in for the system one when that did not run;
 //! - peak RSS in MiB (the median of the runs' `ru_maxrss`) on a log10 axis.
 //!
-//! Each bar carries its value as a label and a tooltip (`<title>`), a
-//! failed cell says `failed` where its bar would be. The SVG is written by
-//! hand, with classes and `data-` attributes that name what each element
-//! shows (`chart`, `panel`, `bar`, `data-allocator`...) so that tests and
-//! scripts can read it back; the PNG is that SVG painted by `raster` at
-//! twice its size, with DejaVu Sans embedded in this binary (the `dejavu`
-//! crate) as its only font: no system font is looked for or needed.
+//! Each bar carries its value as a label; a failed cell says `failed`
+//! where its bar would be, a ratio without a baseline `n/a`. The charts
+//! are drawn by `plotters`, once into an SVG (text left as text) and once
+//! into an RGB buffer encoded as PNG; both use DejaVu Sans, embedded in
+//! this binary (the `dejavu` crate) and registered with plotters as its
+//! only font: no system font is looked for or needed. The numbers
+//! themselves are for machines in the CSV and JSON output, not here.
 
 use crate::allocators::Allocator;
 use crate::cli::{Plan, PlotFile, PlotFormat};
 use crate::report::{self, Row};
-use std::fmt::Write as _;
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::io::Write as _;
 use std::path::Path;
+use std::sync::OnceLock;
 
-/// Pixels of the PNG per SVG unit.
-pub const PNG_SCALE: f32 = 2.0;
+/// The font family plotters is given, and the SVG names.
+const FONT: &str = "sans-serif";
 
-/// The font the SVG asks for (browsers fall back along the list); the PNG
-/// renderer has exactly the first.
-const FONT_FAMILY: &str = "DejaVu Sans, Verdana, Arial, sans-serif";
-
-/// The narrowest and the widest a bar is drawn: charts with few groups
-/// spread over the width with wider bars.
-const BAR_WIDTH: f64 = 16.0;
-const MAX_BAR_WIDTH: f64 = 28.0;
-/// Space between two groups of bars.
-const GROUP_GAP: f64 = 24.0;
-/// A group is at least this wide, so that its label fits.
-const MIN_GROUP_WIDTH: f64 = 64.0;
-/// Left of the panels: tick labels and the axis title.
-const LEFT: f64 = 84.0;
-const RIGHT: f64 = 24.0;
-const MIN_WIDTH: f64 = 720.0;
-/// Height of a panel's plotting area, and the room kept inside it above
-/// and below the bars for their value labels.
-const THROUGHPUT_HEIGHT: f64 = 260.0;
-const RSS_HEIGHT: f64 = 220.0;
-const LABEL_ROOM: f64 = 34.0;
-/// From the top of a chart to its first panel: the chart's title and the
-/// panel's.
-const CHART_TITLE_HEIGHT: f64 = 52.0;
+/// Pixels per bar, and between two groups of bars; a group is at least
+/// `MIN_GROUP_WIDTH` wide so that its label fits.
+const BAR_WIDTH: u32 = 18;
+const GROUP_GAP: u32 = 24;
+const MIN_GROUP_WIDTH: u32 = 72;
+/// Left of the panels (tick labels), right of them, and the narrowest
+/// picture.
+const LEFT: u32 = 70;
+const RIGHT: u32 = 20;
+const MIN_WIDTH: u32 = 720;
+/// Heights: the picture's title and legend, a chart's title, each panel
+/// (its title, plotting area and group labels), the footnote.
+const HEADER_HEIGHT: u32 = 64;
+const CHART_TITLE_HEIGHT: u32 = 30;
+const THROUGHPUT_HEIGHT: u32 = 300;
+const RSS_HEIGHT: u32 = 250;
+const FOOTNOTE_HEIGHT: u32 = 30;
+/// Room inside a panel for the group labels under its axis.
+const GROUP_LABEL_HEIGHT: u32 = 26;
 
 /// The line at the bottom of the picture.
 const FOOTNOTE: &str =
@@ -60,16 +59,16 @@ const FOOTNOTE: &str =
                         n/a = no baseline to divide by.";
 
 /// The colour of each allocator's bars.
-fn colour(allocator: Allocator) -> &'static str {
+pub fn colour(allocator: Allocator) -> RGBColor {
     match allocator {
-        Allocator::Hakmem => "#e15759",
-        Allocator::HakmemSecure => "#ff9d9a",
-        Allocator::System => "#9d9d9d",
-        Allocator::Mimalloc2 => "#59a14f",
-        Allocator::Mimalloc3 => "#4e79a7",
-        Allocator::MimallocDeb => "#8cd17d",
-        Allocator::Jemalloc => "#f28e2b",
-        Allocator::Tcmalloc => "#b07aa1",
+        Allocator::Hakmem => RGBColor(0xe1, 0x57, 0x59),
+        Allocator::HakmemSecure => RGBColor(0xff, 0x9d, 0x9a),
+        Allocator::System => RGBColor(0x9d, 0x9d, 0x9d),
+        Allocator::Mimalloc2 => RGBColor(0x59, 0xa1, 0x4f),
+        Allocator::Mimalloc3 => RGBColor(0x4e, 0x79, 0xa7),
+        Allocator::MimallocDeb => RGBColor(0x8c, 0xd1, 0x7d),
+        Allocator::Jemalloc => RGBColor(0xf2, 0x8e, 0x2b),
+        Allocator::Tcmalloc => RGBColor(0xb0, 0x7a, 0xa1),
     }
 }
 
@@ -90,7 +89,6 @@ struct Group {
 #[derive(Debug)]
 struct Bar {
     allocator: Allocator,
-    mops: Option<f64>,
     /// Throughput over the baseline's.
     ratio: Option<f64>,
     rss_mib: Option<f64>,
@@ -123,7 +121,6 @@ fn charts(plan: &Plan, rows: &[Row]) -> Vec<Chart> {
                 let mops = row.and_then(|r| r.mops);
                 Bar {
                     allocator,
-                    mops,
                     ratio: report::ratio(mops, base),
                     rss_mib: row.and_then(|r| r.peak_rss_mib),
                     failed: row.is_some_and(|r| r.mops.is_none()),
@@ -166,11 +163,10 @@ pub fn write_all(plan: &Plan, rows: &[Row]) -> Result<(), String> {
     if plan.plots.is_empty() {
         return Ok(());
     }
-    let svg = svg(plan, rows);
     for plot in &plan.plots {
         let bytes = match plot.format {
-            PlotFormat::Svg => svg.clone().into_bytes(),
-            PlotFormat::Png => png(&svg)?,
+            PlotFormat::Svg => svg(plan, rows)?.into_bytes(),
+            PlotFormat::Png => png(plan, rows)?,
         };
         write_file(plot, &bytes)?;
     }
@@ -191,22 +187,6 @@ fn write_file(plot: &PlotFile, bytes: &[u8]) -> Result<(), String> {
     std::fs::set_permissions(file.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).map_err(error)?;
     file.persist(&plot.path).map_err(|e| error(e.error))?;
     Ok(())
-}
-
-/// `text` with the XML special characters escaped.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// A ratio as a bar label: `1.23`, `12.3`, `123`.
@@ -233,24 +213,6 @@ fn power_of_two_label(exponent: i32) -> String {
         e if e < -3 => format!("1/{}x", 1u64 << e.unsigned_abs().min(62)),
         e if e < 0 => format!("{}x", 0.5f64.powi(-e)),
         e => format!("{}x", 1u64 << e.min(62)),
-    }
-}
-
-/// A vertical log axis: `lo`..`hi` (exponents of `base`) mapped onto
-/// `top`..`bottom` with `LABEL_ROOM` kept free at both ends.
-struct Axis {
-    base: f64,
-    lo: f64,
-    hi: f64,
-    top: f64,
-    bottom: f64,
-}
-
-impl Axis {
-    fn y(&self, value: f64) -> f64 {
-        let (top, bottom) = (self.top + LABEL_ROOM, self.bottom - LABEL_ROOM);
-        let t = (value.log(self.base) - self.lo) / (self.hi - self.lo);
-        bottom - t.clamp(0.0, 1.0) * (bottom - top)
     }
 }
 
@@ -301,331 +263,287 @@ fn rss_span(values: &[f64]) -> (f64, f64) {
     (lo, hi)
 }
 
+/// The picture's size in pixels: wide enough for the chart with the most
+/// groups, tall enough for every chart's two panels.
+fn size(plan: &Plan, charts: &[Chart]) -> (u32, u32) {
+    let bars = u32::try_from(plan.allocators.len()).unwrap_or(u32::MAX);
+    let group_width = (bars.saturating_mul(BAR_WIDTH) + GROUP_GAP).max(MIN_GROUP_WIDTH);
+    let groups = charts.iter().map(|c| c.groups.len()).max().unwrap_or(1);
+    let groups = u32::try_from(groups).unwrap_or(u32::MAX);
+    let width = (LEFT + RIGHT)
+        .saturating_add(groups.saturating_mul(group_width))
+        .max(MIN_WIDTH);
+    let chart_height = CHART_TITLE_HEIGHT + THROUGHPUT_HEIGHT + RSS_HEIGHT;
+    let count = u32::try_from(charts.len()).unwrap_or(u32::MAX);
+    let height = (HEADER_HEIGHT + FOOTNOTE_HEIGHT).saturating_add(count.saturating_mul(chart_height));
+    (width, height)
+}
+
+/// DejaVu Sans registered with plotters (once per process) as `FONT`.
+fn register_font() -> Result<(), String> {
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            for (style, bytes) in [
+                (FontStyle::Normal, dejavu::sans::regular()),
+                (FontStyle::Bold, dejavu::sans::bold()),
+            ] {
+                plotters::style::register_font(FONT, style, bytes)
+                    .map_err(|_| "the embedded DejaVu Sans is not a font plotters can read".to_string())?;
+            }
+            Ok(())
+        })
+        .clone()
+}
+
 /// The SVG of the plot of `rows`.
-pub fn svg(plan: &Plan, rows: &[Row]) -> String {
+pub fn svg(plan: &Plan, rows: &[Row]) -> Result<String, String> {
+    register_font()?;
     let charts = charts(plan, rows);
-    let allocators = plan.allocators.len().max(1) as f64;
-    let group_width = (allocators * BAR_WIDTH + GROUP_GAP).max(MIN_GROUP_WIDTH);
-    let most_groups = charts.iter().map(|c| c.groups.len()).max().unwrap_or(1) as f64;
-    let headline = report::headline(plan);
-    let subtitle = format!(
-        "Throughput: median over the runs divided by {}'s in this invocation. Peak RSS: median of the runs' ru_maxrss.",
-        baseline(plan).name()
-    );
-    let text_width = text_width(&headline, 17.0, true)
-        .max(text_width(&subtitle, 12.0, false))
-        .max(text_width(FOOTNOTE, 11.0, false));
-    let width = (LEFT + (most_groups * group_width).max(text_width) + RIGHT)
-        .max(MIN_WIDTH)
-        .ceil();
-    let header = 92.0;
-    let chart_height = CHART_TITLE_HEIGHT + THROUGHPUT_HEIGHT + 50.0 + RSS_HEIGHT + 40.0;
-    let footer = 44.0;
-    let height = (header + charts.len() as f64 * chart_height + footer).ceil();
-    let baseline = baseline(plan);
-
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" class="hakmem-bench-plot" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="{FONT_FAMILY}">"#
-    );
-    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        out,
-        r#"<text class="title" x="{LEFT}" y="28" font-size="17" font-weight="bold">{}</text>"#,
-        escape(&headline)
-    );
-    let _ = writeln!(
-        out,
-        r##"<text class="subtitle" x="{LEFT}" y="48" font-size="12" fill="#444">{}</text>"##,
-        escape(&subtitle)
-    );
-    legend(&mut out, plan, width);
-
-    let mut top = header;
-    for chart in &charts {
-        draw_chart(&mut out, chart, top, width, baseline);
-        top += chart_height;
+    {
+        let root = SVGBackend::with_string(&mut out, size(plan, &charts)).into_drawing_area();
+        draw(&root, plan, &charts).map_err(|e| format!("cannot draw the SVG plot: {e}"))?;
+        root.present().map_err(|e| format!("cannot draw the SVG plot: {e}"))?;
     }
-    let _ = writeln!(
-        out,
-        r##"<text class="footnote" x="{LEFT}" y="{}" font-size="11" fill="#666">{FOOTNOTE}</text>"##,
-        height - 18.0
-    );
-    out.push_str("</svg>\n");
-    out
+    Ok(out)
 }
 
-/// The allocators and their colours, in one row (or more when wide).
-fn legend(out: &mut String, plan: &Plan, width: f64) {
-    let _ = writeln!(out, r#"<g class="legend">"#);
-    let (mut x, mut y) = (LEFT, 70.0);
+/// The PNG of the plot of `rows` (8-bit RGB).
+pub fn png(plan: &Plan, rows: &[Row]) -> Result<Vec<u8>, String> {
+    register_font()?;
+    let charts = charts(plan, rows);
+    let (width, height) = size(plan, &charts);
+    let pixels = usize::try_from(u64::from(width) * u64::from(height) * 3).map_err(|_| "the plot is too large")?;
+    let mut buffer = vec![0u8; pixels];
+    {
+        let root = BitMapBackend::with_buffer(&mut buffer, (width, height)).into_drawing_area();
+        draw(&root, plan, &charts).map_err(|e| format!("cannot draw the PNG plot: {e}"))?;
+        root.present().map_err(|e| format!("cannot draw the PNG plot: {e}"))?;
+    }
+    let mut encoded = Vec::new();
+    let mut encoder = png::Encoder::new(&mut encoded, width, height);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let error = |e: png::EncodingError| format!("cannot encode the PNG plot: {e}");
+    let mut writer = encoder.write_header().map_err(error)?;
+    writer.write_image_data(&buffer).map_err(error)?;
+    writer.finish().map_err(error)?;
+    Ok(encoded)
+}
+
+type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+/// The whole picture: title, legend, each chart's two panels, footnote.
+fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, plan: &Plan, charts: &[Chart]) -> DrawResult<DB> {
+    root.fill(&WHITE)?;
+    let (width, height) = root.dim_in_pixel();
+    root.draw(&Text::new(
+        report::headline(plan),
+        (12, 10),
+        (FONT, 18).into_font().style(FontStyle::Bold),
+    ))?;
+    let mut x = 12;
     for &allocator in &plan.allocators {
-        let name = allocator.name();
-        // DejaVu Sans at 13 px: about 8.5 px a character, m and w wider.
-        let item = 36.0 + 9.0 * name.len() as f64;
-        if x + item > width - RIGHT && x > LEFT {
-            (x, y) = (LEFT, y + 18.0);
-        }
-        let _ = writeln!(
-            out,
-            r#"<rect x="{x}" y="{}" width="13" height="13" fill="{}" data-allocator="{name}"/><text x="{}" y="{y}" font-size="13">{name}</text>"#,
-            y - 11.0,
-            colour(allocator),
-            x + 18.0
-        );
-        x += item;
+        root.draw(&Rectangle::new([(x, 40), (x + 12, 52)], colour(allocator).filled()))?;
+        let style = (FONT, 13).into_font().into_text_style(root);
+        root.draw(&Text::new(allocator.name(), (x + 17, 39), style.clone()))?;
+        let (text_width, _) = root.estimate_text_size(allocator.name(), &style)?;
+        x += 17 + i32::try_from(text_width).unwrap_or(100) + 18;
     }
-    out.push_str("</g>\n");
-}
-
-/// Where the groups and bars of a chart go across its panels.
-struct Layout {
-    group_width: f64,
-    bar_width: f64,
-}
-
-impl Layout {
-    /// The groups of `chart` spread over the width from `LEFT` to `right`.
-    fn of(chart: &Chart, right: f64) -> Layout {
-        let groups = chart.groups.len().max(1) as f64;
-        let bars = chart.groups.first().map_or(1, |g| g.bars.len()).max(1) as f64;
-        let group_width = (right - LEFT) / groups;
-        let bar_width = ((group_width - GROUP_GAP) / bars).clamp(BAR_WIDTH, MAX_BAR_WIDTH);
-        Layout { group_width, bar_width }
+    let mut top = HEADER_HEIGHT;
+    for chart in charts {
+        root.draw(&Text::new(
+            chart.title.clone(),
+            (12, i32::try_from(top).unwrap_or(0) + 6),
+            (FONT, 15).into_font().style(FontStyle::Bold),
+        ))?;
+        top += CHART_TITLE_HEIGHT;
+        let area = root.clone().shrink((0, top), (width, THROUGHPUT_HEIGHT));
+        throughput_panel(&area, plan, chart)?;
+        top += THROUGHPUT_HEIGHT;
+        let area = root.clone().shrink((0, top), (width, RSS_HEIGHT));
+        rss_panel(&area, chart)?;
+        top += RSS_HEIGHT;
     }
+    let footnote = (FONT, 12).into_font().color(&RGBColor(0x55, 0x55, 0x55));
+    root.draw(&Text::new(
+        FOOTNOTE,
+        (12, i32::try_from(height).unwrap_or(0) - 22),
+        footnote,
+    ))?;
+    Ok(())
 }
 
-/// About how wide `text` is in DejaVu Sans at `size` px (its average
-/// advance is 0.6 em, bold 0.68).
-fn text_width(text: &str, size: f64, bold: bool) -> f64 {
-    text.chars().count() as f64 * size * if bold { 0.68 } else { 0.6 }
+/// Where bar `index` of `count` in group `group` lies on the x axis (the
+/// groups are one unit wide, centred on `group + 0.5`).
+fn bar_span(group: usize, index: usize, count: usize) -> (f64, f64) {
+    let width = 0.8 / count.max(1) as f64;
+    let left = group as f64 + 0.1 + index as f64 * width;
+    (left, left + width)
 }
 
-fn draw_chart(out: &mut String, chart: &Chart, top: f64, width: f64, baseline: Allocator) {
-    let _ = writeln!(out, r#"<g class="chart" data-title="{}">"#, escape(&chart.title));
-    let _ = writeln!(
-        out,
-        r#"<text class="chart-title" x="{LEFT}" y="{}" font-size="15" font-weight="bold">{}</text>"#,
-        top + 20.0,
-        escape(&chart.title)
-    );
-    let right = width - RIGHT;
-    let layout = Layout::of(chart, right);
-    let bar_width = layout.bar_width;
+/// The panel's plotting area with its y axis, groups labelled under it.
+fn panel<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    chart: &Chart,
+    y: std::ops::Range<f64>,
+    labels: usize,
+    format: &dyn Fn(&f64) -> String,
+) -> Result<Panel<'a, DB>, DrawingAreaErrorKind<DB::ErrorType>> {
+    let groups = chart.groups.len().max(1);
+    let mut context = ChartBuilder::on(area)
+        .caption(title, (FONT, 13))
+        .margin_right(RIGHT)
+        .margin_top(4)
+        .x_label_area_size(GROUP_LABEL_HEIGHT)
+        .y_label_area_size(LEFT)
+        .build_cartesian_2d(0f64..groups as f64, y)?;
+    context
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_labels(labels)
+        .y_label_formatter(format)
+        .light_line_style(WHITE)
+        .bold_line_style(RGBColor(0xe4, 0xe4, 0xe4))
+        .label_style((FONT, 11))
+        .draw()?;
+    let floor = context.y_range().start;
+    for (index, group) in chart.groups.iter().enumerate() {
+        let style = (FONT, 12)
+            .into_font()
+            .into_text_style(area)
+            .pos(Pos::new(HPos::Center, VPos::Top));
+        let at = pixel(area, &context, (index as f64 + 0.5, floor), 6);
+        area.draw(&Text::new(group.label.clone(), at, style))?;
+    }
+    Ok(context)
+}
 
-    // Throughput relative to the baseline.
-    let panel_top = top + CHART_TITLE_HEIGHT;
+type Panel<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The point of `area` (its own pixels) where `value` lies in the panel,
+/// moved down by `down` pixels (up when negative).
+fn pixel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    panel: &Panel<DB>,
+    value: (f64, f64),
+    down: i32,
+) -> (i32, i32) {
+    let (x, y) = panel.backend_coord(&value);
+    let (base_x, base_y) = area.get_base_pixel();
+    (x - base_x, y - base_y + down)
+}
+
+/// A bar's value written at its end: above it when `up`, else below.
+fn value_label<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    panel: &Panel<DB>,
+    value: (f64, f64),
+    up: bool,
+    text: &str,
+) -> DrawResult<DB> {
+    let pos = Pos::new(HPos::Center, if up { VPos::Bottom } else { VPos::Top });
+    let style = (FONT, 10).into_font().into_text_style(area).pos(pos);
+    area.draw(&Text::new(
+        text.to_string(),
+        pixel(area, panel, value, if up { -2 } else { 2 }),
+        style,
+    ))
+}
+
+/// Throughput over the baseline's, on a log2 axis, bars up from 1x when
+/// faster and down when slower.
+fn throughput_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, plan: &Plan, chart: &Chart) -> DrawResult<DB> {
     let ratios = chart.groups.iter().flat_map(|g| g.bars.iter().filter_map(|b| b.ratio));
     let (lo, hi) = span(2.0, ratios, &[0.5, 2.0]);
-    let axis = Axis {
-        base: 2.0,
-        lo,
-        hi,
-        top: panel_top,
-        bottom: panel_top + THROUGHPUT_HEIGHT,
-    };
-    let title = format!("Throughput vs {} (higher is faster)", baseline.name());
-    panel_start(out, "throughput", &title, &axis, right, &layout, chart);
-    let step = ((hi - lo) / 8.0).ceil().max(1.0) as i32;
-    for exponent in (lo as i32..=hi as i32).filter(|e| e.rem_euclid(step) == 0) {
-        let y = axis.y(2f64.powi(exponent));
-        let (stroke, width) = if exponent == 0 { ("#333", 1.5) } else { ("#ddd", 1.0) };
-        tick(out, y, right, &power_of_two_label(exponent), stroke, width);
-    }
-    let one = axis.y(1.0);
-    for_each_bar(chart, &layout, |group, bar, x| {
-        let tooltip = tooltip(group, bar, baseline);
-        let data = bar_data(group, bar);
-        match bar.ratio {
-            Some(ratio) => {
-                let y = axis.y(ratio);
-                // The baseline's own bars are 1x: a thin mark on the line.
-                let (top, height) = if (y - one).abs() < 2.0 {
-                    (one - 1.0, 2.0)
-                } else {
-                    (y.min(one), (y - one).abs())
-                };
-                let _ = writeln!(
-                    out,
-                    r#"<rect class="bar" {data} data-value="{ratio}" x="{x:.2}" y="{top:.2}" width="{bar_width:.2}" height="{height:.2}" fill="{}"><title>{tooltip}</title></rect>"#,
-                    colour(bar.allocator)
-                );
-                if bar.allocator != baseline {
-                    let up = ratio >= 1.0;
-                    let label_y = if up { top - 3.0 } else { top + height + 3.0 };
-                    value_label(out, x + bar_width / 2.0, label_y, up, &ratio_label(ratio));
-                }
+    let title = format!("Throughput vs {} (higher is faster)", baseline(plan));
+    let format = |v: &f64| power_of_two_label(v.round() as i32);
+    let labels = (hi - lo) as usize + 1;
+    // Half a power of two of room above and below for the value labels.
+    let mut context = panel(area, &title, chart, (lo - 0.5)..(hi + 0.5), labels, &format)?;
+    let count = chart.groups.first().map_or(0, |g| g.bars.len());
+    context.draw_series(std::iter::once(PathElement::new(
+        vec![(0.0, 0.0), (chart.groups.len() as f64, 0.0)],
+        BLACK.stroke_width(1),
+    )))?;
+    for (g, group) in chart.groups.iter().enumerate() {
+        for (i, bar) in group.bars.iter().enumerate() {
+            let (left, right) = bar_span(g, i, count);
+            let centre = (left + right) / 2.0;
+            let Some(ratio) = bar.ratio.filter(|r| *r > 0.0 && r.is_finite()) else {
+                let text = if bar.failed { "failed" } else { "n/a" };
+                value_label(area, &context, (centre, 0.0), true, text)?;
+                continue;
+            };
+            let value = ratio.log2();
+            context.draw_series(std::iter::once(Rectangle::new(
+                [(left, 0.0), (right, value)],
+                colour(bar.allocator).filled(),
+            )))?;
+            if bar.allocator != baseline(plan) {
+                value_label(area, &context, (centre, value), value >= 0.0, &ratio_label(ratio))?;
             }
-            None => missing(out, &data, x + bar_width / 2.0, one - 3.0, bar),
         }
-    });
-    out.push_str("</g>\n");
+    }
+    Ok(())
+}
 
-    // Peak RSS.
-    let panel_top = panel_top + THROUGHPUT_HEIGHT + 50.0;
-    let rss: Vec<f64> = chart
+/// Peak RSS in MiB on a log10 axis, bars up from the axis' floor.
+fn rss_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, chart: &Chart) -> DrawResult<DB> {
+    let values: Vec<f64> = chart
         .groups
         .iter()
         .flat_map(|g| g.bars.iter().filter_map(|b| b.rss_mib))
         .collect();
-    let (lo, hi) = rss_span(&rss);
-    let axis = Axis {
-        base: 10.0,
-        lo: lo.log10(),
-        hi: hi.log10(),
-        top: panel_top,
-        bottom: panel_top + RSS_HEIGHT,
-    };
-    panel_start(
-        out,
-        "rss",
-        "Peak RSS, MiB (lower is better)",
-        &axis,
-        right,
-        &layout,
-        chart,
-    );
-    for value in one_two_five(lo, hi) {
-        let label = if value >= 1.0 {
-            format!("{value:.0}")
-        } else {
-            format!("{value}")
-        };
-        tick(out, axis.y(value), right, &label, "#ddd", 1.0);
+    let (lo, hi) = rss_span(&values);
+    // A third of a power of ten above the top for the value labels.
+    let ticks: Vec<f64> = one_two_five(lo, hi).collect();
+    let (lo, hi) = (lo.log10(), hi.log10() + 0.35);
+    // The mesh's own labels would be at even steps of the exponent (2.5,
+    // 6.3, 16 MiB): the ticks are drawn here at 1, 2 and 5 times powers of
+    // ten instead.
+    let mut context = panel(area, "Peak RSS, MiB (lower is leaner)", chart, lo..hi, 0, &|_| {
+        String::new()
+    })?;
+    let groups = chart.groups.len() as f64;
+    for tick in ticks {
+        let y = tick.log10();
+        context.draw_series(std::iter::once(PathElement::new(
+            vec![(0.0, y), (groups, y)],
+            RGBColor(0xe4, 0xe4, 0xe4),
+        )))?;
+        let (x, y) = pixel(area, &context, (0.0, y), 0);
+        let style = (FONT, 11)
+            .into_font()
+            .into_text_style(area)
+            .pos(Pos::new(HPos::Right, VPos::Center));
+        area.draw(&Text::new(format!("{tick}"), (x - 6, y), style))?;
     }
-    let floor = axis.bottom - LABEL_ROOM;
-    for_each_bar(chart, &layout, |group, bar, x| {
-        let data = bar_data(group, bar);
-        match bar.rss_mib {
-            Some(mib) => {
-                let y = axis.y(mib);
-                let _ = writeln!(
-                    out,
-                    r#"<rect class="bar" {data} data-value="{mib}" x="{x:.2}" y="{y:.2}" width="{bar_width:.2}" height="{:.2}" fill="{}"><title>{}</title></rect>"#,
-                    (floor - y).max(1.0),
-                    colour(bar.allocator),
-                    tooltip(group, bar, baseline)
-                );
-                value_label(out, x + bar_width / 2.0, y - 3.0, true, &mib_label(mib));
+    let count = chart.groups.first().map_or(0, |g| g.bars.len());
+    for (g, group) in chart.groups.iter().enumerate() {
+        for (i, bar) in group.bars.iter().enumerate() {
+            let (left, right) = bar_span(g, i, count);
+            let centre = (left + right) / 2.0;
+            match bar.rss_mib.filter(|m| *m > 0.0 && m.is_finite()) {
+                Some(mib) => {
+                    let value = mib.log10();
+                    context.draw_series(std::iter::once(Rectangle::new(
+                        [(left, lo), (right, value)],
+                        colour(bar.allocator).filled(),
+                    )))?;
+                    value_label(area, &context, (centre, value), true, &mib_label(mib))?;
+                }
+                None => {
+                    let text = if bar.failed { "failed" } else { "n/a" };
+                    value_label(area, &context, (centre, lo), true, text)?;
+                }
             }
-            None => missing(out, &data, x + bar_width / 2.0, floor - 3.0, bar),
-        }
-    });
-    out.push_str("</g>\n</g>\n");
-}
-
-/// Opens a panel's group: its title, its frame, the bands and labels of its
-/// groups of bars. The caller draws the ticks and the bars and closes it.
-fn panel_start(out: &mut String, metric: &str, title: &str, axis: &Axis, right: f64, layout: &Layout, chart: &Chart) {
-    let group_width = layout.group_width;
-    let _ = writeln!(out, r#"<g class="panel" data-metric="{metric}">"#);
-    let _ = writeln!(
-        out,
-        r#"<text class="panel-title" x="{LEFT}" y="{}" font-size="13" font-weight="bold">{}</text>"#,
-        axis.top - 6.0,
-        escape(title)
-    );
-    let height = axis.bottom - axis.top;
-    let _ = writeln!(
-        out,
-        r##"<rect x="{LEFT}" y="{}" width="{}" height="{height}" fill="none" stroke="#999"/>"##,
-        axis.top,
-        right - LEFT
-    );
-    for (i, group) in chart.groups.iter().enumerate() {
-        let x = LEFT + i as f64 * group_width;
-        if i % 2 == 1 {
-            let _ = writeln!(
-                out,
-                r##"<rect x="{x:.2}" y="{}" width="{group_width:.2}" height="{height}" fill="#f3f3f3"/>"##,
-                axis.top
-            );
-        }
-        let _ = writeln!(
-            out,
-            r#"<text class="group-label" x="{:.2}" y="{}" font-size="12" text-anchor="middle">{}</text>"#,
-            x + group_width / 2.0,
-            axis.bottom + 16.0,
-            escape(&group.label)
-        );
-    }
-}
-
-/// A horizontal grid line at `y` with its label left of the panel.
-fn tick(out: &mut String, y: f64, right: f64, label: &str, stroke: &str, width: f64) {
-    let _ = writeln!(
-        out,
-        r#"<line x1="{LEFT}" y1="{y:.2}" x2="{right}" y2="{y:.2}" stroke="{stroke}" stroke-width="{width}"/><text class="tick" x="{}" y="{:.2}" font-size="11" text-anchor="end">{label}</text>"#,
-        LEFT - 6.0,
-        y + 4.0
-    );
-}
-
-/// Calls `draw(group, bar, x)` for every bar, `x` its left edge.
-fn for_each_bar(chart: &Chart, layout: &Layout, mut draw: impl FnMut(&Group, &Bar, f64)) {
-    for (i, group) in chart.groups.iter().enumerate() {
-        let bars = group.bars.len() as f64 * layout.bar_width;
-        let first = LEFT + i as f64 * layout.group_width + (layout.group_width - bars) / 2.0;
-        for (b, bar) in group.bars.iter().enumerate() {
-            draw(group, bar, first + b as f64 * layout.bar_width);
         }
     }
-}
-
-/// The attributes that say which bar this is.
-fn bar_data(group: &Group, bar: &Bar) -> String {
-    format!(
-        r#"data-group="{}" data-allocator="{}""#,
-        escape(&group.label),
-        bar.allocator.name()
-    )
-}
-
-fn tooltip(group: &Group, bar: &Bar, baseline: Allocator) -> String {
-    let mops = bar.mops.map_or_else(|| "failed".into(), |m| format!("{m:.3} Mops/s"));
-    let ratio = bar
-        .ratio
-        .map_or_else(String::new, |r| format!(", {r:.2}x {}", baseline.name()));
-    let rss = bar
-        .rss_mib
-        .map_or_else(String::new, |m| format!(", peak RSS {m:.1} MiB"));
-    escape(&format!(
-        "{} / {}: {mops}{ratio}{rss}",
-        group.label,
-        bar.allocator.name()
-    ))
-}
-
-/// A bar's value, written along it (rotated), just past its end: above it
-/// when `up`, else below. `x` is the bar's centre.
-fn value_label(out: &mut String, x: f64, y: f64, up: bool, text: &str) {
-    let x = x + 3.5;
-    let anchor = if up { "start" } else { "end" };
-    let _ = writeln!(
-        out,
-        r#"<text class="value" x="{x:.2}" y="{y:.2}" font-size="10" text-anchor="{anchor}" transform="rotate(-90 {x:.2} {y:.2})">{text}</text>"#
-    );
-}
-
-/// Where a bar is missing: `failed` in red, or `n/a` (no baseline) in grey.
-/// `x` is the bar's centre.
-fn missing(out: &mut String, data: &str, x: f64, y: f64, bar: &Bar) {
-    let (class, text, fill) = if bar.failed {
-        ("failed", "failed", "#c00")
-    } else {
-        ("missing", "n/a", "#888")
-    };
-    let x = x + 3.5;
-    let _ = writeln!(
-        out,
-        r#"<text class="{class}" {data} x="{x:.2}" y="{y:.2}" font-size="10" fill="{fill}" transform="rotate(-90 {x:.2} {y:.2})">{text}</text>"#
-    );
-}
-
-/// The SVG painted into a PNG at `PNG_SCALE` (see `raster`).
-pub fn png(svg: &str) -> Result<Vec<u8>, String> {
-    crate::raster::png(svg, PNG_SCALE)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -728,7 +646,7 @@ mod tests {
     }
 
     #[test]
-    fn axis_spans_whole_powers_and_maps_them_inside_the_label_room() {
+    fn axis_spans_whole_powers() {
         assert_eq!(span(2.0, [0.3, 1.7].into_iter(), &[0.5, 2.0]), (-2.0, 1.0));
         assert_eq!(span(10.0, [2.0, 300.0].into_iter(), &[]), (0.0, 3.0));
         assert_eq!(span(10.0, [2.0].into_iter(), &[]), (0.0, 1.0));
@@ -738,17 +656,12 @@ mod tests {
         assert_eq!(rss_span(&[]), (1.0, 10.0));
         let ticks: Vec<f64> = one_two_five(5.0, 200.0).collect();
         assert_eq!(ticks, [5.0, 10.0, 20.0, 50.0, 100.0, 200.0]);
-        let axis = Axis {
-            base: 2.0,
-            lo: -1.0,
-            hi: 1.0,
-            top: 0.0,
-            bottom: 100.0 + 2.0 * LABEL_ROOM,
-        };
-        assert_eq!(axis.y(0.5), 100.0 + LABEL_ROOM);
-        assert_eq!(axis.y(1.0), 50.0 + LABEL_ROOM);
-        assert_eq!(axis.y(2.0), LABEL_ROOM);
-        assert_eq!(axis.y(1e9), LABEL_ROOM, "clamped");
+        let close = |(a, b): (f64, f64), (c, d): (f64, f64)| (a - c).abs() < 1e-12 && (b - d).abs() < 1e-12;
+        assert!(close(bar_span(1, 0, 4), (1.1, 1.3)));
+        assert!(
+            close(bar_span(0, 3, 4), (0.7, 0.9)),
+            "the last bar ends a tenth before the next group"
+        );
     }
 
     #[test]
@@ -763,30 +676,52 @@ mod tests {
         assert_eq!(power_of_two_label(-2), "0.25x");
         assert_eq!(power_of_two_label(0), "1x");
         assert_eq!(power_of_two_label(3), "8x");
-        assert_eq!(escape(r#"a<b & "c""#), "a&lt;b &amp; &quot;c&quot;");
     }
 
+    /// The SVG read back as XML: the panels' titles, each group's label
+    /// under each panel, a bar per allocator and workload in each panel
+    /// (jemalloc's failed c7 says so instead), and the PNG the same size,
+    /// with every allocator's colour in it.
     #[test]
-    fn the_svg_is_xml_with_a_bar_per_allocator_and_the_png_renders_it() {
+    fn the_svg_has_a_bar_per_allocator_and_workload_and_the_png_matches_it() {
         let (plan, cells) = plain();
         let rows = report::rows(&plan, &cells);
-        let svg = svg(&plan, &rows);
+        let svg = svg(&plan, &rows).unwrap();
         let doc = roxmltree::Document::parse(&svg).unwrap();
-        let class = |node: &roxmltree::Node, name: &str| node.attribute("class") == Some(name);
-        let charts: Vec<_> = doc.descendants().filter(|n| class(n, "chart")).collect();
-        assert_eq!(charts.len(), 1);
-        let bars: Vec<_> = charts[0].descendants().filter(|n| class(n, "bar")).collect();
-        // Two panels x two workloads x three allocators, less jemalloc's c7.
-        assert_eq!(bars.len(), 2 * (2 * 3 - 1));
-        let failed: Vec<_> = charts[0].descendants().filter(|n| class(n, "failed")).collect();
-        assert_eq!(failed.len(), 2, "one per panel");
-        assert_eq!(failed[0].attribute("data-allocator"), Some("jemalloc"));
+        let texts: Vec<&str> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .filter_map(|n| n.text())
+            .map(str::trim)
+            .collect();
+        let count = |text: &str| texts.iter().filter(|t| **t == text).count();
+        assert_eq!(count("Throughput vs system (higher is faster)"), 1);
+        assert_eq!(count("Peak RSS, MiB (lower is leaner)"), 1);
+        assert_eq!((count("mixed"), count("c7")), (2, 2), "{texts:?}");
+        assert_eq!(count("failed"), 2, "one per panel: {texts:?}");
+        assert_eq!((count("2.00"), count("0.25"), count("1.50")), (1, 1, 1), "{texts:?}");
+        let rects = |allocator: Allocator| {
+            let c = colour(allocator);
+            let fill = format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2);
+            doc.descendants()
+                .filter(|n| n.has_tag_name("rect") && n.attribute("fill") == Some(fill.as_str()))
+                .count()
+        };
+        // The legend's swatch, then a bar per workload in each panel.
+        assert_eq!(rects(Allocator::Hakmem), 1 + 2 + 2);
+        assert_eq!(rects(Allocator::Jemalloc), 1 + 1 + 1);
 
-        let png = png(&svg).unwrap();
-        let info = png::Decoder::new(std::io::Cursor::new(png)).read_info().unwrap();
+        let png = png(&plan, &rows).unwrap();
+        let mut reader = png::Decoder::new(std::io::Cursor::new(png)).read_info().unwrap();
+        let mut buffer = vec![0; reader.output_buffer_size().unwrap()];
+        let frame = reader.next_frame(&mut buffer).unwrap();
         let root = doc.root_element();
-        let size = |name| root.attribute(name).unwrap().parse::<f32>().unwrap();
-        assert_eq!(info.info().width as f32, size("width") * PNG_SCALE);
-        assert_eq!(info.info().height as f32, size("height") * PNG_SCALE);
+        let size = |name| root.attribute(name).unwrap().parse::<u32>().unwrap();
+        assert_eq!((frame.width, frame.height), (size("width"), size("height")));
+        let pixels: Vec<&[u8]> = buffer[..frame.buffer_size()].chunks(3).collect();
+        for allocator in [Allocator::Hakmem, Allocator::System, Allocator::Jemalloc] {
+            let c = colour(allocator);
+            assert!(pixels.iter().any(|p| **p == [c.0, c.1, c.2]), "no pixel of {allocator}");
+        }
     }
 }

@@ -117,7 +117,7 @@ pub fn render(plan: &Plan, rows: &[Row], notes: &[String]) -> String {
 fn mode_name(mode: Mode) -> &'static str {
     match mode {
         Mode::Preload => "preload",
-        Mode::Compare | Mode::Child(_) => "rust",
+        Mode::Compare => "rust",
     }
 }
 
@@ -171,7 +171,7 @@ fn size(bytes: usize) -> String {
 pub fn headline(plan: &Plan) -> String {
     let how = match plan.mode {
         Mode::Preload => "C program under LD_PRELOAD",
-        Mode::Compare | Mode::Child(_) => "GlobalAlloc, identical loop per allocator",
+        Mode::Compare => "GlobalAlloc, identical loop per allocator",
     };
     let scaling = if plan.scaling { "thread scaling; " } else { "" };
     let seed = plan.jobs.first().map_or(0, |j| j.params.seed);

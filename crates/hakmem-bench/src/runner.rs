@@ -1,29 +1,21 @@
-//! Runs: the child side (one workload, one result line) and the parent side
-//! (start each child, time it out, reap it with its resource usage, parse its
-//! line, and interleave the runs of a plan).
+//! Runs, the parent's side: start each child (`hakmem-bench-child`, or the
+//! C program under `--preload`), time it out, reap it with its resource
+//! usage, parse its result line (`hakmem_bench::child`), and interleave the
+//! runs of a plan.
 //!
-//! The result line is this module's protocol and `c/bench.c` prints it too:
-//!
-//! ```text
-//! hakmem-bench-result workload=mixed allocator=hakmem ops=4000000 elapsed_ns=81234567 errors=0 maxrss_kib=5012
-//! ```
-//!
-//! Peak RSS is taken by the parent from `wait4`'s `ru_maxrss` (the child's
-//! own `maxrss_kib` is informative only), so the C program and a crashed
-//! child are measured the same way.
+//! Peak RSS is taken from `wait4`'s `ru_maxrss` (the child's own
+//! `maxrss_kib` is informative only), so the C program and a crashed child
+//! are measured the same way.
 
 use crate::allocators::Allocator;
 use crate::cli::{Job, Plan};
-use crate::progress::{Progress, Run, Shape};
-use crate::workloads::Outcome;
+use crate::progress::Progress;
+use hakmem_bench::child::parse_result_line;
 use std::fmt;
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// First word of a result line.
-pub const RESULT_PREFIX: &str = "hakmem-bench-result";
 
 /// Longest sleep between two checks on a running child: adds at most this to
 /// the wall time of a run, never to its measurement (the child times itself).
@@ -31,95 +23,6 @@ const MAX_POLL: Duration = Duration::from_millis(20);
 
 /// Stderr lines of a failed child quoted in its report.
 const STDERR_TAIL_LINES: usize = 20;
-
-/// The line a child prints for a finished run.
-pub fn result_line(workload: &str, allocator: Allocator, outcome: &Outcome, maxrss_kib: u64) -> String {
-    format!(
-        "{RESULT_PREFIX} workload={workload} allocator={allocator} ops={} elapsed_ns={} errors={} maxrss_kib={maxrss_kib}",
-        outcome.ops,
-        outcome.elapsed.as_nanos(),
-        outcome.errors
-    )
-}
-
-/// The numbers the parent takes from a result line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Reported {
-    pub ops: u64,
-    pub elapsed_ns: u64,
-    pub errors: u64,
-}
-
-/// Finds and parses the result line in a child's stdout.
-pub fn parse_result_line(stdout: &str) -> Result<Reported, String> {
-    let line = stdout
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(RESULT_PREFIX))
-        .ok_or_else(|| format!("no '{RESULT_PREFIX}' line in its output"))?;
-    let field = |key: &str| -> Result<u64, String> {
-        let value = line
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-            .ok_or_else(|| format!("result line lacks {key}: {line}"))?;
-        value
-            .parse()
-            .map_err(|_| format!("result line has a bad {key}: {line}"))
-    };
-    let reported = Reported {
-        ops: field("ops")?,
-        elapsed_ns: field("elapsed_ns")?,
-        errors: field("errors")?,
-    };
-    if reported.ops == 0 || reported.elapsed_ns == 0 {
-        return Err(format!("result line reports no work: {line}"));
-    }
-    Ok(reported)
-}
-
-/// This process's peak resident set in KiB.
-pub fn own_maxrss_kib() -> u64 {
-    // SAFETY: rusage is plain old data, for which all-zero bytes are valid.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a live, writable rusage.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    if rc == 0 {
-        u64::try_from(usage.ru_maxrss).unwrap_or(0)
-    } else {
-        0
-    }
-}
-
-/// The child side: runs `job` against `allocator` and prints the result
-/// line; the error says why the allocator could not run.
-pub fn child_main(allocator: Allocator, job: &Job) -> Result<(), String> {
-    let outcome = allocator.run(&job.params)?;
-    println!("{}", result_line(job.workload, allocator, &outcome, own_maxrss_kib()));
-    Ok(())
-}
-
-/// The arguments that make this binary run `job` against `allocator` as a
-/// child. Every parameter is explicit, so the child applies no defaults.
-pub fn child_args(job: &Job, allocator: Allocator) -> Vec<String> {
-    let p = &job.params;
-    let mut args: Vec<String> = vec![
-        "--child".into(),
-        allocator.name().into(),
-        "--workloads".into(),
-        job.workload.into(),
-    ];
-    for (option, value) in [
-        ("--min", p.min.to_string()),
-        ("--max", p.max.to_string()),
-        ("--ws", p.ws.to_string()),
-        ("--iters", p.iters.to_string()),
-        ("--seed", p.seed.to_string()),
-        ("--threads", p.threads.to_string()),
-    ] {
-        args.push(option.into());
-        args.push(value);
-    }
-    args
-}
 
 /// One successful run as the parent saw it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -295,11 +198,7 @@ pub fn run_plan(plan: &Plan, command: impl Fn(&Job, Allocator) -> Command) -> Ve
             })
         })
         .collect();
-    let mut progress = Progress::stderr(Shape {
-        jobs: plan.jobs.len(),
-        allocators: plan.allocators.len(),
-        reps: plan.reps,
-    });
+    let progress = Progress::stderr(plan.jobs.len() * plan.allocators.len() * plan.reps);
     for (j, job) in plan.jobs.iter().enumerate() {
         let workload = if plan.scaling {
             format!("{} ({} threads)", job.workload, job.params.threads)
@@ -308,13 +207,7 @@ pub fn run_plan(plan: &Plan, command: impl Fn(&Job, Allocator) -> Command) -> Ve
         };
         for rep in 0..plan.reps {
             for (a, &allocator) in plan.allocators.iter().enumerate() {
-                progress.start(&Run {
-                    job: j,
-                    workload: &workload,
-                    allocator: a,
-                    allocator_name: allocator.name(),
-                    rep,
-                });
+                progress.start(&format!("{workload} | {allocator} | rep {}/{}", rep + 1, plan.reps));
                 let run = run_child(command(job, allocator), plan.timeout);
                 progress.done();
                 let label = format!("{workload} {allocator} rep {}", rep + 1);
@@ -338,7 +231,6 @@ pub fn run_plan(plan: &Plan, command: impl Fn(&Job, Allocator) -> Command) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workloads::{Kernel, Params};
 
     fn sh(script: &str) -> Command {
         let mut command = Command::new("sh");
@@ -347,40 +239,6 @@ mod tests {
     }
 
     const GOOD_LINE: &str = "hakmem-bench-result workload=mixed allocator=system ops=1000 elapsed_ns=2000 errors=0";
-
-    #[test]
-    fn result_line_round_trips() {
-        let outcome = Outcome {
-            ops: 1234,
-            elapsed: Duration::from_nanos(5678),
-            errors: 0,
-        };
-        let line = result_line("mixed", Allocator::Hakmem, &outcome, 42);
-        assert_eq!(
-            parse_result_line(&format!("noise\n{line}\n")),
-            Ok(Reported {
-                ops: 1234,
-                elapsed_ns: 5678,
-                errors: 0
-            })
-        );
-    }
-
-    #[test]
-    fn malformed_result_lines_are_rejected() {
-        for bad in [
-            "",
-            "ops=1 elapsed_ns=1 errors=0",
-            "hakmem-bench-result ops=1 errors=0",
-            "hakmem-bench-result ops=x elapsed_ns=1 errors=0",
-            "hakmem-bench-result ops=0 elapsed_ns=1 errors=0",
-            "hakmem-bench-resultops=1 elapsed_ns=1 errors=0",
-        ] {
-            assert!(parse_result_line(bad).is_err(), "{bad:?}");
-        }
-        // A key must match whole: `xops=` is not `ops=`.
-        assert!(parse_result_line("hakmem-bench-result xops=5 elapsed_ns=1 errors=0").is_err());
-    }
 
     #[test]
     fn successful_child_gives_a_sample_with_rss() {
@@ -421,27 +279,6 @@ mod tests {
         let run = run_child(sh("exec sleep 30"), Duration::from_millis(200));
         assert_eq!(run.result, Err(Failure::Timeout(Duration::from_millis(200))));
         assert!(started.elapsed() < Duration::from_secs(5));
-    }
-
-    #[test]
-    fn child_args_carry_every_parameter() {
-        let job = Job {
-            workload: "larson",
-            params: Params {
-                kernel: Kernel::Larson,
-                min: 1,
-                max: 2,
-                ws: 3,
-                iters: 4,
-                seed: 5,
-                threads: 6,
-            },
-        };
-        let args = child_args(&job, Allocator::Jemalloc);
-        let cli = crate::cli::try_parse_from(std::iter::once("hakmem-bench".to_string()).chain(args)).unwrap();
-        let plan = cli.plan().unwrap();
-        assert_eq!(plan.mode, crate::cli::Mode::Child(Allocator::Jemalloc));
-        assert_eq!(plan.jobs, [job]);
     }
 
     #[test]

@@ -108,6 +108,23 @@ pub enum Kernel {
 }
 
 impl Kernel {
+    pub const ALL: &'static [Kernel] = &[
+        Kernel::Mixed,
+        Kernel::Fixed,
+        Kernel::MtMixed,
+        Kernel::Larson,
+        Kernel::ProdCons,
+        Kernel::Realloc,
+        Kernel::Huge,
+        Kernel::Churn,
+        Kernel::Pacing,
+    ];
+
+    /// The kernel of `name` (`Kernel::name`).
+    pub fn from_name(name: &str) -> Option<Kernel> {
+        Kernel::ALL.iter().copied().find(|k| k.name() == name)
+    }
+
     /// The kernel's name on the `c/bench.c` command line.
     pub fn name(self) -> &'static str {
         match self {
@@ -1093,9 +1110,10 @@ fn pacing_consumer<A: GlobalAlloc>(a: &A, p: &Params, ring: &Ring, barrier: &Bar
 /// Replays larson's slot choices without allocating: every iteration is
 /// one local operation and every block handed off is one remote free.
 /// (A thread's slots depend only on its own stream, so this is exact;
-/// `c/bench.c` must give the same count.)
-#[cfg(test)]
-pub(crate) fn larson_expected_ops(p: &Params) -> (u64, u64) {
+/// `c/bench.c` must give the same count: the parent's `preload` tests
+/// check it.)
+#[doc(hidden)]
+pub fn larson_expected_ops(p: &Params) -> (u64, u64) {
     let (mut local, mut remote) = (0, 0);
     for t in 0..p.threads {
         let mut rng = Rng::for_thread(p.seed, t);

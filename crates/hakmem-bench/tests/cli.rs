@@ -3,7 +3,8 @@
 //! JSON with a fixed schema, tiny `--preload` runs, the new workloads
 //! against both mimalloc builds in both modes, the scaling table, the plots
 //! (SVG read as XML, PNG decoded), the progress line (in a log and on a
-//! terminal), and a planted C benchmark that must never run.
+//! terminal), the measured child on its own, and a planted C benchmark
+//! that must never run.
 
 use serde::Deserialize;
 use std::path::Path;
@@ -427,23 +428,35 @@ fn scaling_prints_a_column_per_thread_count() {
     }
 }
 
-/// Elements of an SVG with the given class.
-fn with_class<'a, 'i>(node: roxmltree::Node<'a, 'i>, class: &str) -> Vec<roxmltree::Node<'a, 'i>> {
-    node.descendants()
-        .filter(|n| n.attribute("class") == Some(class))
+/// The texts of an SVG's text elements, trimmed.
+fn svg_texts(doc: &roxmltree::Document) -> Vec<String> {
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .map(|n| {
+            n.descendants()
+                .filter(|t| t.is_text())
+                .filter_map(|t| t.text())
+                .collect::<String>()
+                .trim()
+                .to_string()
+        })
         .collect()
 }
 
-/// The text of a text element.
-fn text_of(node: roxmltree::Node) -> String {
-    node.descendants()
-        .filter(|n| n.is_text())
-        .filter_map(|n| n.text())
-        .collect()
+/// The rectangles of an SVG filled with `colour` (`#RRGGBB`, any case).
+fn rects_of(doc: &roxmltree::Document, colour: &str) -> usize {
+    doc.descendants()
+        .filter(|n| n.has_tag_name("rect"))
+        .filter(|n| n.attribute("fill").is_some_and(|f| f.eq_ignore_ascii_case(colour)))
+        .count()
 }
 
-/// Checks a PNG written by `--plot` against its SVG: it decodes, at twice
-/// the SVG's size, and is not blank.
+/// The colour hakmem-bench draws each allocator in (plot.rs).
+const COLOURS: &[(&str, &str)] = &[("hakmem", "#e15759"), ("system", "#9d9d9d"), ("mimalloc3", "#4e79a7")];
+
+/// Checks a PNG written by `--plot` against its SVG: it decodes at the
+/// SVG's size, is mostly white, has text and axes, and every allocator's
+/// colour.
 fn check_png(png: &Path, svg: &roxmltree::Document) {
     let bytes = std::fs::read(png).expect("the PNG was written");
     let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
@@ -453,7 +466,7 @@ fn check_png(png: &Path, svg: &roxmltree::Document) {
     let frame = reader.next_frame(&mut buffer).expect("the PNG's pixels decode");
     assert_eq!(frame.color_type, png::ColorType::Rgb);
     let size = |name| svg.root_element().attribute(name).unwrap().parse::<u32>().unwrap();
-    assert_eq!((frame.width, frame.height), (2 * size("width"), 2 * size("height")));
+    assert_eq!((frame.width, frame.height), (size("width"), size("height")));
     let pixels: Vec<&[u8]> = buffer[..frame.buffer_size()].chunks(3).collect();
     let white = pixels.iter().filter(|p| **p == [255, 255, 255]).count();
     let dark = pixels.iter().filter(|p| p.iter().all(|&c| c < 80)).count();
@@ -462,22 +475,22 @@ fn check_png(png: &Path, svg: &roxmltree::Document) {
         dark > pixels.len() / 1000,
         "text and axes were drawn ({dark} dark pixels)"
     );
-    // Each allocator's colour is there (its bars and legend swatch).
-    for colour in svg
-        .descendants()
-        .filter(|n| n.attribute("class") == Some("bar"))
-        .filter_map(|n| n.attribute("fill"))
-    {
+    for (allocator, colour) in COLOURS {
         let rgb = u32::from_str_radix(&colour[1..], 16).unwrap();
         let expected = [(rgb >> 16) as u8, (rgb >> 8) as u8, rgb as u8];
-        assert!(pixels.iter().any(|p| **p == expected), "no pixel of {colour}");
+        assert!(
+            pixels.iter().any(|p| **p == expected),
+            "no pixel of {allocator} ({colour})"
+        );
     }
 }
 
 /// `--plot` as a user runs it: the same tiny table drawn as SVG and PNG.
-/// The SVG is read as XML: one chart, two panels (throughput relative to
-/// the system allocator, peak RSS), in each a bar per workload and
-/// allocator carrying the number the CSV reports, and the labels.
+/// The SVG is read as XML: the title and legend, two panels (throughput
+/// relative to the system allocator, peak RSS), each with its groups
+/// labelled, a bar per workload and allocator (the system allocator's
+/// throughput bar is its 1x line), and each value the CSV reports written
+/// on its bar.
 #[test]
 fn plot_draws_one_chart_with_a_bar_per_workload_and_allocator() {
     let dir = tempfile::tempdir().unwrap();
@@ -511,61 +524,40 @@ fn plot_draws_one_chart_with_a_bar_per_workload_and_allocator() {
     let root = doc.root_element();
     assert_eq!(root.tag_name().name(), "svg");
     assert_eq!(root.tag_name().namespace(), Some("http://www.w3.org/2000/svg"));
-    let title = text_of(with_class(root, "title")[0]);
-    assert!(title.starts_with("hakmem-bench: GlobalAlloc"), "{title}");
-    let legend: Vec<String> = with_class(root, "legend")[0]
-        .children()
-        .filter(|n| n.has_tag_name("text"))
-        .map(text_of)
-        .collect();
-    assert_eq!(legend, ["hakmem", "system", "mimalloc3"]);
-
-    let charts = with_class(root, "chart");
-    assert_eq!(charts.len(), 1, "one chart for one table");
-    let panels = with_class(charts[0], "panel");
-    let metrics: Vec<&str> = panels.iter().map(|p| p.attribute("data-metric").unwrap()).collect();
-    assert_eq!(metrics, ["throughput", "rss"]);
-    assert_eq!(
-        text_of(with_class(panels[0], "panel-title")[0]),
-        "Throughput vs system (higher is faster)"
-    );
-    assert!(text_of(with_class(panels[1], "panel-title")[0]).starts_with("Peak RSS, MiB"));
-    for panel in &panels {
-        let groups: Vec<String> = with_class(*panel, "group-label").into_iter().map(text_of).collect();
-        assert_eq!(groups, ["mixed", "c7", "larson"]);
-        let bars = with_class(*panel, "bar");
-        assert_eq!(bars.len(), 3 * 3, "a bar per workload and allocator");
-        for record in &records {
-            let bar = bars
-                .iter()
-                .find(|b| {
-                    b.attribute("data-group") == Some(&record.workload)
-                        && b.attribute("data-allocator") == Some(&record.allocator)
-                })
-                .unwrap_or_else(|| panic!("no bar for {} {}", record.workload, record.allocator));
-            let value: f64 = bar.attribute("data-value").unwrap().parse().unwrap();
-            let expected = match panel.attribute("data-metric") {
-                Some("throughput") => record.vs_system.unwrap(),
-                _ => record.peak_rss_mib.unwrap(),
-            };
-            assert!((value - expected).abs() <= 1e-9 * expected, "{value} vs {expected}");
-            let height: f64 = bar.attribute("height").unwrap().parse().unwrap();
-            assert!(height > 0.0);
-            let tooltip = text_of(bar.children().find(|n| n.has_tag_name("title")).unwrap());
+    let texts = svg_texts(&doc);
+    let count = |text: &str| texts.iter().filter(|t| *t == text).count();
+    assert!(texts[0].starts_with("hakmem-bench: GlobalAlloc"), "{texts:?}");
+    assert_eq!(texts[1..4], ["hakmem", "system", "mimalloc3"], "the legend");
+    assert_eq!(count("Throughput vs system (higher is faster)"), 1, "{texts:?}");
+    assert_eq!(count("Peak RSS, MiB (lower is leaner)"), 1, "{texts:?}");
+    for workload in ["mixed", "c7", "larson"] {
+        assert_eq!(count(workload), 2, "a label under each panel: {texts:?}");
+    }
+    // The legend's swatch, then a bar per workload in each panel (the
+    // system allocator's 1x throughput bars have no height).
+    for (allocator, colour) in COLOURS {
+        assert_eq!(rects_of(&doc, colour), 1 + 3 + 3, "{allocator}: {svg}");
+    }
+    for record in &records {
+        let ratio = record.vs_system.unwrap();
+        let mib = record.peak_rss_mib.unwrap();
+        let label = |v: f64, big: f64| match v {
+            v if v >= 100.0 => format!("{v:.0}"),
+            v if v >= big => format!("{v:.1}"),
+            v => format!("{v:.2}"),
+        };
+        if record.allocator != "system" {
             assert!(
-                tooltip.starts_with(&format!("{} / {}: ", record.workload, record.allocator)),
-                "{tooltip}"
+                texts.contains(&label(ratio, 10.0)),
+                "{} {ratio}: {texts:?}",
+                record.allocator
             );
         }
-        // Every bar but the system allocator's 1x has its value written.
-        let labels = with_class(*panel, "value").len();
-        let expected = if panel.attribute("data-metric") == Some("throughput") {
-            6
-        } else {
-            9
+        let mib_label = match mib {
+            m if m >= 10.0 => format!("{m:.0}"),
+            m => label(m, 1.0),
         };
-        assert_eq!(labels, expected);
-        assert!(with_class(*panel, "tick").len() >= 2, "an axis with labels");
+        assert!(texts.contains(&mib_label), "{} {mib}: {texts:?}", record.allocator);
     }
     check_png(&png_path, &doc);
 }
@@ -595,23 +587,24 @@ fn scaling_plot_has_a_chart_per_workload() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let svg = std::fs::read_to_string(&svg_path).unwrap();
     let doc = roxmltree::Document::parse(&svg).unwrap();
-    let charts = with_class(doc.root_element(), "chart");
-    let titles: Vec<&str> = charts.iter().map(|c| c.attribute("data-title").unwrap()).collect();
+    let texts = svg_texts(&doc);
+    let count = |text: &str| texts.iter().filter(|t| *t == text).count();
+    let titles: Vec<&String> = texts.iter().filter(|t| t.ends_with(": thread scaling")).collect();
     assert_eq!(titles, ["larson: thread scaling", "prodcons: thread scaling"]);
-    let groups = |chart| -> Vec<String> { with_class(chart, "group-label").into_iter().map(text_of).collect() };
-    assert_eq!(groups(charts[0]), ["1 thr", "2 thr", "1 thr", "2 thr"], "two panels");
-    assert_eq!(groups(charts[1]), ["2 thr", "2 thr"], "prodcons runs whole pairs");
-    let panel = with_class(charts[0], "panel")[0];
+    assert_eq!(count("Throughput vs hakmem (higher is faster)"), 2, "{texts:?}");
+    // larson at 1 and 2 threads, prodcons in whole pairs (2 only); each
+    // label under both panels of its chart.
+    assert_eq!((count("1 thr"), count("2 thr")), (2, 4), "{texts:?}");
     assert_eq!(
-        text_of(with_class(panel, "panel-title")[0]),
-        "Throughput vs hakmem (higher is faster)"
+        rects_of(&doc, "#4e79a7"),
+        1 + 2 * 3,
+        "mimalloc3: the swatch, a bar per group and panel"
     );
-    assert_eq!(with_class(panel, "bar").len(), 2 * 2);
 }
 
 /// The progress line in a log (stderr not a terminal): one line per run,
 /// naming the workload, the allocator and the rep, with the time elapsed
-/// and an estimate of the time left once a run has finished.
+/// and indicatif's estimate of the time left once a run has finished.
 #[test]
 fn progress_in_a_log_is_one_line_per_run() {
     let out = bench(&[
@@ -633,7 +626,7 @@ fn progress_in_a_log_is_one_line_per_run() {
     for workload in ["mixed", "c7"] {
         for rep in 1..=2 {
             for allocator in ["system", "hakmem"] {
-                runs.push(format!("{workload} | {allocator} | rep {rep}/2 | elapsed "));
+                runs.push(format!("{workload} | {allocator} | rep {rep}/2 | elapsed 00:00:"));
             }
         }
     }
@@ -643,15 +636,15 @@ fn progress_in_a_log_is_one_line_per_run() {
         if i == 0 {
             assert!(line.ends_with("| left ?"), "{line}");
         } else {
-            assert!(line.contains("| left ~0:"), "{line}");
+            assert!(line.contains("| left 00:"), "{line}");
         }
     }
-    assert!(lines[8].starts_with("hakmem-bench: 8 runs in 0:"), "{}", lines[8]);
+    assert!(lines[8].starts_with("hakmem-bench: 8 runs in 00:"), "{}", lines[8]);
 }
 
-/// On a terminal (`script` gives the run one) the line is rewritten in
-/// place: carriage return and erase-line before each update, no new line
-/// until the end.
+/// On a terminal (`script` gives the run one) indicatif redraws the line
+/// in place: the first run is shown, no run gets a line of its own, and
+/// the summary follows.
 #[test]
 fn progress_on_a_terminal_is_rewritten_in_place() {
     if !have("script", "progress_on_a_terminal_is_rewritten_in_place") {
@@ -667,17 +660,61 @@ fn progress_on_a_terminal_is_rewritten_in_place() {
         .expect("run script");
     let screen = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{screen}");
-    let updates: Vec<&str> = screen.split("\r\x1b[K").skip(1).collect();
-    assert!(updates.len() >= 4, "{screen:?}");
-    for (i, update) in updates[..4].iter().enumerate() {
-        let allocator = ["system", "hakmem"][i % 2];
+    assert!(screen.contains("[1/4] c7 | system | rep 1/2 | elapsed"), "{screen:?}");
+    assert!(
+        screen.contains('\r') && screen.contains("\x1b["),
+        "redrawn in place: {screen:?}"
+    );
+    for line in screen.lines() {
+        let line = line.trim_start_matches(['\r']);
         assert!(
-            update.starts_with(&format!("[{}/4] c7 | {allocator} | rep {}/2", i + 1, i / 2 + 1)),
-            "{update:?}"
+            !line.starts_with("[2/4]") && !line.starts_with("[3/4]"),
+            "a line per run: {screen:?}"
         );
-        assert!(!update.contains('\n'), "an update ends no line: {update:?}");
     }
     assert!(screen.contains("hakmem-bench: 4 runs in"), "{screen:?}");
+}
+
+/// The measured child, run by hand: one result line for a good request, a
+/// message and status 1 for a bad one.
+#[test]
+fn the_child_runs_one_workload_and_prints_one_result_line() {
+    let child = env!("CARGO_BIN_EXE_hakmem-bench-child");
+    let out = Command::new(child)
+        .args(["mixed", "16", "64", "10", "1000", "1", "1", "mixed", "hakmem"])
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with("hakmem-bench-result workload=mixed allocator=hakmem ops=1000 elapsed_ns="),
+        "{stdout}"
+    );
+    let out = Command::new(child)
+        .args(["mixed", "16", "64", "0", "1000", "1", "1", "mixed", "hakmem"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "hakmem-bench-child: WS and THREADS must be at least 1\n"
+    );
+}
+
+/// The parent copied without its child says what to build, and fails.
+#[test]
+fn the_parent_without_its_child_says_what_to_build() {
+    let (_dir, exe) = private_copy();
+    let out = Command::new(&exe)
+        .args(["--workloads", "c7", "--reps", "1"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("hakmem-bench-child not found") && stderr.contains("cargo build --release -p hakmem-bench"),
+        "{stderr}"
+    );
 }
 
 /// A copy of the built binary in a folder of its own (0700), as if built

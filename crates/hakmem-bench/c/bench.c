@@ -10,10 +10,10 @@
  * and the result line of src/runner.rs on stdout.
  *
  * Usage: bench KERNEL MIN MAX WS ITERS SEED THREADS WORKLOAD ALLOCATOR
- *   KERNEL is mixed, fixed, mt-mixed, larson, prodcons, realloc, huge, churn
- *   or pacing; prodcons and pacing run THREADS / 2 producer/consumer pairs,
- *   churn THREADS threads per round; WORKLOAD and ALLOCATOR only label the
- *   result line.
+ *   KERNEL is mixed, fixed, mt-mixed, larson, prodcons, realloc, huge, churn,
+ *   pacing or rethread; prodcons and pacing run THREADS / 2
+ *   producer/consumer pairs, churn and rethread THREADS threads per round;
+ *   WORKLOAD and ALLOCATOR only label the result line.
  * Exit status: 0 done, 2 bad arguments, 3 malloc returned NULL,
  *   4 LD_PRELOAD names a library that is not loaded.
  */
@@ -42,6 +42,7 @@
 #define PRODCONS_BATCH 64
 #define PRODCONS_DEPTH 64
 #define CHURN_MIN_SIZE 24
+#define RETHREAD_EXCHANGES 256
 #define SPINS_BEFORE_YIELD 64
 
 /* Tells the compiler that p escapes and memory may be read, so neither the
@@ -151,6 +152,19 @@ static block_t block_calloc_sized(size_t size, int *zeroed) {
     return b;
 }
 
+/* rethread: the header and tag of block_calloc_sized on a block that is not
+ * zeroed (Block::alloc_sized). */
+static block_t block_alloc_sized(size_t size) {
+    unsigned char *p = malloc(size);
+    ESCAPE(p);
+    if (p == NULL) out_of_memory(size);
+    block_t b = {p, size};
+    uint64_t header[2] = {(uint64_t)size, churn_check(b)};
+    memcpy(p, header, sizeof header);
+    p[size - 1] = tag_of(b);
+    return b;
+}
+
 /* The block at p with the size its header gives; 0 if the header or the tag
  * was damaged (the block is then leaked). */
 static int block_from_sized(unsigned char *p, size_t min, size_t max, block_t *out) {
@@ -161,6 +175,15 @@ static int block_from_sized(unsigned char *p, size_t min, size_t max, block_t *o
     if (header[1] != churn_check(b) || p[b.size - 1] != tag_of(b)) return 0;
     *out = b;
     return 1;
+}
+
+/* A size in [min, max] whose binary exponent is uniform (workloads.rs:
+ * log_size). */
+static size_t log_size(rng_t *r, size_t min, size_t max) {
+    size_t low = 63 - (size_t)__builtin_clzll(min), high = 63 - (size_t)__builtin_clzll(max);
+    size_t exponent = rng_in_range(r, low, high);
+    size_t from = (size_t)1 << exponent, to = ((size_t)1 << exponent) * 2 - 1;
+    return rng_in_range(r, from < min ? min : from, to > max ? max : to);
 }
 
 /* ---- runs ---- */
@@ -538,6 +561,80 @@ static void *churn_thread(void *arg) {
     return NULL;
 }
 
+/* ---- rethread ---- */
+
+typedef struct {
+    const params_t *p;
+    _Atomic(unsigned char *) *slots;
+    uint64_t seed;
+    atomic_uint_fast64_t *errors;
+} rethread_arg_t;
+
+static void *rethread_thread(void *arg) {
+    rethread_arg_t *a = arg;
+    rng_t rng = {a->seed};
+    uint64_t damaged = 0;
+    for (int i = 0; i < RETHREAD_EXCHANGES; i++) {
+        size_t size = log_size(&rng, a->p->min, a->p->max);
+        _Atomic(unsigned char *) *slot = &a->slots[rng_below(&rng, a->p->ws)];
+        block_t b = block_alloc_sized(size);
+        /* acq_rel as in churn_thread. */
+        unsigned char *old = atomic_exchange_explicit(slot, b.ptr, memory_order_acq_rel);
+        if (old != NULL) {
+            block_t ob;
+            if (block_from_sized(old, a->p->min, a->p->max, &ob))
+                block_free(ob);
+            else
+                damaged++;
+        }
+    }
+    if (damaged) atomic_fetch_add_explicit(a->errors, damaged, memory_order_relaxed);
+    return NULL;
+}
+
+static void drain_sized(_Atomic(unsigned char *) *slots, const params_t *p, thread_run_t *run) {
+    for (size_t i = 0; i < p->ws; i++) {
+        unsigned char *ptr = atomic_load(&slots[i]);
+        if (ptr == NULL) continue;
+        block_t b;
+        if (block_from_sized(ptr, p->min, p->max, &b))
+            block_free(b);
+        else
+            run->errors++;
+    }
+    free(slots);
+}
+
+/* The main thread draws each thread's seed before starting it
+ * (workloads.rs: rethread). */
+static thread_run_t run_rethread(const params_t *p) {
+    _Atomic(unsigned char *) *slots = calloc(p->ws, sizeof *slots);
+    if (slots == NULL) out_of_memory(p->ws * sizeof *slots);
+    for (size_t i = 0; i < p->ws; i++) atomic_init(&slots[i], NULL);
+    atomic_uint_fast64_t errors = 0;
+    rng_t rng = {p->seed};
+    pthread_t threads[p->threads];
+    rethread_arg_t args[p->threads];
+    warm_up(p->min);
+    thread_run_t run = {0};
+    run.start_ns = now_ns();
+    for (uint64_t round = 0; round < p->iters; round++) {
+        for (size_t t = 0; t < p->threads; t++) {
+            args[t] = (rethread_arg_t){p, slots, rng_next(&rng), &errors};
+            if (pthread_create(&threads[t], NULL, rethread_thread, &args[t]) != 0) {
+                fprintf(stderr, "bench: pthread_create failed\n");
+                exit(1);
+            }
+        }
+        for (size_t t = 0; t < p->threads; t++) pthread_join(threads[t], NULL);
+    }
+    run.end_ns = now_ns();
+    run.ops = p->iters * p->threads * RETHREAD_EXCHANGES;
+    run.errors = atomic_load(&errors);
+    drain_sized(slots, p, &run);
+    return run;
+}
+
 /* The main thread draws each thread's slot, then size, before starting it
  * (workloads.rs: churn). */
 static thread_run_t run_churn(const params_t *p) {
@@ -695,6 +792,10 @@ static size_t run_kernel(const params_t *p, thread_run_t *runs) {
         runs[0] = run_churn(p);
         return 1;
     }
+    if (strcmp(p->kernel, "rethread") == 0) {
+        runs[0] = run_rethread(p);
+        return 1;
+    }
     pthread_t threads[p->threads + 2];
     pthread_barrier_t barrier;
     if (strcmp(p->kernel, "mt-mixed") == 0) {
@@ -826,11 +927,12 @@ int main(int argc, char **argv) {
         usage("MIN MAX WS ITERS SEED THREADS must be unsigned integers");
     if (min < 1 || min > max || max > MAX_BLOCK_SIZE) usage("need 1 <= MIN <= MAX <= 1 GiB");
     if (ws < 1 || iters < 1 || threads < 1 || threads > 1024) usage("need WS, ITERS >= 1 and 1 <= THREADS <= 1024");
-    const char *kernels[] = {"mixed", "fixed", "mt-mixed", "larson", "prodcons", "realloc", "huge", "churn", "pacing"};
+    const char *kernels[] = {"mixed", "fixed", "mt-mixed", "larson", "prodcons", "realloc", "huge", "churn", "pacing", "rethread"};
     int known = 0;
     for (size_t i = 0; i < sizeof kernels / sizeof *kernels; i++) known |= strcmp(argv[1], kernels[i]) == 0;
     if (!known) usage("unknown KERNEL");
-    if (strcmp(argv[1], "churn") == 0 && min < CHURN_MIN_SIZE) usage("churn needs MIN >= 24");
+    if ((strcmp(argv[1], "churn") == 0 || strcmp(argv[1], "rethread") == 0) && min < CHURN_MIN_SIZE)
+        usage("churn and rethread need MIN >= 24");
     if ((strcmp(argv[1], "prodcons") == 0 || strcmp(argv[1], "pacing") == 0) && threads < 2)
         usage("prodcons and pacing need THREADS >= 2 (one producer/consumer pair)");
     check_preloaded();

@@ -246,6 +246,7 @@ mod tests {
         for (kernel, min, max, ws, iters, threads) in [
             (Kernel::Huge, 64 * 1024, 256 * 1024, 4, 20, 1),
             (Kernel::Churn, 128, 128, 50, 5, 4),
+            (Kernel::Rethread, 24, 256 * 1024, 50, 3, 3),
             (Kernel::Pacing, 16, 16 * 1024, 64, 2_000, 2),
         ] {
             let p = Params {

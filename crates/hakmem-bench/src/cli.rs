@@ -530,7 +530,7 @@ mod tests {
             names(&plan),
             [
                 "mixed", "c7", "c6", "c5", "c4", "large-ws", "mid", "large", "fixed64k", "mt-mixed", "larson",
-                "prodcons", "churn", "pacing"
+                "prodcons", "churn", "pacing", "rethread"
             ]
         );
         assert_eq!(plan.allocators, allocators::RUST_DEFAULT);

@@ -245,6 +245,7 @@ mod tests {
             (Kernel::Huge, 2 * 40),
             (Kernel::Churn, 30 * 4),
             (Kernel::Pacing, 2 * 2 * iters),
+            (Kernel::Rethread, 5 * 3 * crate::workloads::RETHREAD_EXCHANGES),
         ] {
             let mut job = job(kernel.name(), kernel, iters);
             match kernel {
@@ -257,6 +258,11 @@ mod tests {
                 }
                 // 30 rounds of 4 threads.
                 Kernel::Churn => (job.params.min, job.params.iters, job.params.threads) = (24, 30, 4),
+                // 5 rounds of 3 threads, blocks up to 64 KiB.
+                Kernel::Rethread => {
+                    (job.params.min, job.params.max) = (24, 64 << 10);
+                    (job.params.iters, job.params.threads) = (5, 3);
+                }
                 // Two pairs.
                 Kernel::Pacing => (job.params.max, job.params.threads) = (16 << 10, 4),
                 _ => {}
@@ -342,6 +348,7 @@ mod tests {
                 (Kernel::Larson, 16, 1024, 64, 2_000, 2, None),
                 (Kernel::Huge, 1 << 20, 3 << 20, 3, 20, 1, Some(40)),
                 (Kernel::Churn, 128, 128, 20, 10, 3, Some(30)),
+                (Kernel::Rethread, 24, 256 << 10, 50, 4, 2, Some(4 * 2 * 256)),
                 (Kernel::Pacing, 16, 16 << 10, 32, 2_000, 2, Some(4_000)),
             ] {
                 let job = Job {

@@ -61,6 +61,9 @@ const MAILBOX_CAP: usize = 4096;
 const PRODCONS_BATCH: usize = 64;
 const PRODCONS_DEPTH: usize = 64;
 
+/// rethread: exchanges each thread of a round makes before it exits.
+pub const RETHREAD_EXCHANGES: u64 = 256;
+
 /// churn: a block carries its size and a check word in its first 16 bytes
 /// (the shared slots hold bare pointers, and `dealloc` needs the size) and
 /// its tag in its last byte, so it is at least this long.
@@ -105,6 +108,14 @@ pub enum Kernel {
     /// queued behind it, so each pair keeps a steady `ws` to `2 ws` blocks
     /// live. One block is two operations.
     Pacing,
+    /// Threads that come and go, handing blocks on: each iteration (round)
+    /// starts `threads` threads; each makes `RETHREAD_EXCHANGES` exchanges
+    /// (allocate a block of a size whose binary exponent is uniform in
+    /// `[min, max]`, swap it into a random one of `ws` shared slots, free
+    /// what it found there) and exits. Blocks outlive the thread that
+    /// allocated them and are freed by later threads. One exchange is one
+    /// operation.
+    Rethread,
 }
 
 impl Kernel {
@@ -118,6 +129,7 @@ impl Kernel {
         Kernel::Huge,
         Kernel::Churn,
         Kernel::Pacing,
+        Kernel::Rethread,
     ];
 
     /// The kernel of `name` (`Kernel::name`).
@@ -137,6 +149,7 @@ impl Kernel {
             Kernel::Huge => "huge",
             Kernel::Churn => "churn",
             Kernel::Pacing => "pacing",
+            Kernel::Rethread => "rethread",
         }
     }
 
@@ -152,7 +165,7 @@ impl Kernel {
     /// (at least one), the others run on one thread.
     pub fn threads(self, requested: usize) -> usize {
         match self {
-            Kernel::MtMixed | Kernel::Larson | Kernel::Churn => requested,
+            Kernel::MtMixed | Kernel::Larson | Kernel::Churn | Kernel::Rethread => requested,
             Kernel::ProdCons | Kernel::Pacing => 2 * (requested / 2).max(1),
             Kernel::Mixed | Kernel::Fixed | Kernel::Realloc | Kernel::Huge => 1,
         }
@@ -162,6 +175,7 @@ impl Kernel {
     pub fn default_threads(self) -> usize {
         match self {
             Kernel::Churn => 10,
+            Kernel::Rethread => 4,
             _ => self.threads(2),
         }
     }
@@ -169,7 +183,7 @@ impl Kernel {
     /// Smallest block the kernel can work with.
     pub fn min_size(self) -> usize {
         match self {
-            Kernel::Churn => CHURN_MIN_SIZE,
+            Kernel::Churn | Kernel::Rethread => CHURN_MIN_SIZE,
             _ => 1,
         }
     }
@@ -224,6 +238,7 @@ pub static PRESETS: &[Preset] = &[
     preset("prodcons", Kernel::ProdCons, 16,       1024,      1,    2_000_000,  "producers allocate, consumers free (pairs)"),
     preset("churn",    Kernel::Churn,    128,      128,       1000, 1_000,      "rounds of short threads: calloc, swap, free"),
     preset("pacing",   Kernel::Pacing,   16,       16 * KIB,  2048, 500_000,    "producers hand blocks to consumers, steady live set"),
+    preset("rethread", Kernel::Rethread, 24,       256 * KIB, 1000, 300,        "rounds of threads exchanging blocks of up to 256 KiB"),
     Preset {
         in_default: false,
         ..preset("realloc", Kernel::Realloc, 16,     4 * KIB,   400,  4_000_000,  "realloc to random sizes (not in the default table)")
@@ -314,6 +329,7 @@ pub fn run<A: GlobalAlloc + Sync>(a: &A, params: &Params) -> Outcome {
         Kernel::ProdCons => prodcons(a, params),
         Kernel::Huge => vec![huge(a, params)],
         Kernel::Churn => vec![churn(a, params)],
+        Kernel::Rethread => vec![rethread(a, params)],
         Kernel::Pacing => pacing(a, params),
     };
     ThreadRun::combine(&runs)
@@ -494,6 +510,28 @@ impl Block {
             ptr.as_ptr().add(size - 1).write(block.tag());
         }
         (block, zeroed)
+    }
+
+    /// rethread: allocates `size` bytes from `a` (not zeroed) and writes
+    /// the header and tag `from_sized` reads back, as `calloc_sized` does.
+    ///
+    /// # Safety
+    /// `CHURN_MIN_SIZE <= size <= MAX_BLOCK_SIZE`.
+    unsafe fn alloc_sized<A: GlobalAlloc>(a: &A, size: usize) -> Block {
+        // SAFETY: size is in [1, MAX_BLOCK_SIZE] (caller), as `layout` needs.
+        let ptr = black_box(unsafe { a.alloc(layout(size)) });
+        let Some(ptr) = NonNull::new(ptr) else {
+            out_of_memory(size)
+        };
+        let block = Block { ptr, size };
+        let header = block.header();
+        // SAFETY: size >= CHURN_MIN_SIZE > 16, so bytes 0..16 and size - 1
+        // are inside the block and do not overlap.
+        unsafe {
+            ptr.as_ptr().cast::<[u64; 2]>().write_unaligned(header);
+            ptr.as_ptr().add(size - 1).write(block.tag());
+        }
+        block
     }
 
     /// What `calloc_sized` writes into a block's first 16 bytes.
@@ -972,6 +1010,87 @@ fn churn_thread<A: GlobalAlloc>(a: &A, p: &Params, slot: &AtomicPtr<u8>, size: u
     }
 }
 
+/// A size in `[min, max]` whose binary exponent is uniform: as many blocks
+/// of 32-63 B as of 32-63 KiB (each exponent's range cut to `[min, max]`).
+fn log_size(rng: &mut Rng, min: usize, max: usize) -> usize {
+    let low = min.ilog2() as usize;
+    let high = max.ilog2() as usize;
+    let exponent = rng.in_range(low, high);
+    let from = (1usize << exponent).max(min);
+    let to = ((1usize << exponent) * 2 - 1).min(max);
+    rng.in_range(from, to)
+}
+
+/// The main thread draws each thread's seed before starting it; the thread
+/// draws its sizes and slots from it (`c/bench.c` does the same).
+fn rethread<A: GlobalAlloc + Sync>(a: &A, p: &Params) -> ThreadRun {
+    let slots: Vec<AtomicPtr<u8>> = (0..p.ws).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect();
+    let errors = AtomicU64::new(0);
+    let mut rng = Rng::new(p.seed);
+    warm_up(a, p.min);
+    let start = Instant::now();
+    for _ in 0..p.iters {
+        std::thread::scope(|s| {
+            for _ in 0..p.threads {
+                let seed = rng.next_u64();
+                let (slots, errors) = (&slots, &errors);
+                s.spawn(move || rethread_thread(a, p, slots, seed, errors));
+            }
+        });
+    }
+    let end = Instant::now();
+    // The scope joined every thread: their blocks and counts are visible.
+    let mut errors = errors.into_inner();
+    for slot in slots {
+        let Some(ptr) = NonNull::new(slot.into_inner()) else {
+            continue;
+        };
+        // SAFETY: every pointer in the slots came from `alloc_sized` with a
+        // size in [min, max] and is live; the slots are gone, so this is its
+        // only holder.
+        match unsafe { Block::from_sized(ptr, p.min, p.max) } {
+            // SAFETY: the block came from `a`.
+            Some(block) => unsafe { block.free(a) },
+            None => errors += 1,
+        }
+    }
+    ThreadRun {
+        start,
+        end,
+        ops: p.iters * p.threads as u64 * RETHREAD_EXCHANGES,
+        errors,
+    }
+}
+
+fn rethread_thread<A: GlobalAlloc>(a: &A, p: &Params, slots: &[AtomicPtr<u8>], seed: u64, errors: &AtomicU64) {
+    let mut rng = Rng::new(seed);
+    let mut damaged = 0;
+    for _ in 0..RETHREAD_EXCHANGES {
+        let size = log_size(&mut rng, p.min, p.max);
+        let slot = &slots[rng.below(p.ws)];
+        // SAFETY: size is in [min, max] within [CHURN_MIN_SIZE,
+        // MAX_BLOCK_SIZE] (`run`).
+        let block = unsafe { Block::alloc_sized(a, size) };
+        // AcqRel, as in `churn_thread`: publishes this block's header and
+        // tag, and sees those of the block swapped out.
+        let old = slot.swap(block.ptr.as_ptr(), Ordering::AcqRel);
+        if let Some(old) = NonNull::new(old) {
+            // SAFETY: every pointer in the slots came from `alloc_sized` with
+            // a size in [min, max] and is live; the swap made this thread its
+            // only holder.
+            match unsafe { Block::from_sized(old, p.min, p.max) } {
+                // SAFETY: the block came from `a`.
+                Some(old) => unsafe { old.free(a) },
+                None => damaged += 1,
+            }
+        }
+    }
+    if damaged > 0 {
+        // Read by the main thread after the join, which orders it.
+        errors.fetch_add(damaged, Ordering::Relaxed);
+    }
+}
+
 /// Keeps its value on a cache line of its own (the ring's two indices are
 /// written by different threads).
 #[repr(align(128))]
@@ -1365,7 +1484,7 @@ mod tests {
                 p.name
             );
         }
-        assert_eq!(PRESETS.iter().filter(|p| p.in_default).count(), 14);
+        assert_eq!(PRESETS.iter().filter(|p| p.in_default).count(), 15);
         assert!(find("nope").is_none());
     }
 
@@ -1474,6 +1593,40 @@ mod tests {
         );
         // At most every slot plus what the threads of one round hold.
         assert!(rec.max_live.load(Ordering::Relaxed) <= (p.ws + 2 * p.threads) as u64);
+    }
+
+    #[test]
+    fn rethread_counts_its_exchanges_and_frees_every_block() {
+        let p = Params {
+            ws: 40,
+            iters: 6,
+            threads: 3,
+            ..params(Kernel::Rethread, CHURN_MIN_SIZE, 64 * 1024)
+        };
+        let (outcome, rec) = run_recorded(&p);
+        let exchanges = p.iters * p.threads as u64 * RETHREAD_EXCHANGES;
+        assert_eq!(outcome.ops, exchanges);
+        assert_eq!(outcome.errors, 0);
+        assert_eq!(rec.allocs.load(Ordering::Relaxed), exchanges + 1, "plus a warm-up");
+        // At most every slot plus the block each running thread holds.
+        assert!(rec.max_live.load(Ordering::Relaxed) <= (p.ws + p.threads + 1) as u64);
+    }
+
+    #[test]
+    fn log_sizes_cover_every_exponent_and_stay_in_range() {
+        let mut rng = Rng::new(7);
+        let mut seen = [0u32; 20];
+        for _ in 0..20_000 {
+            let size = log_size(&mut rng, 24, 256 * 1024);
+            assert!((24..=256 * 1024).contains(&size), "{size}");
+            seen[size.ilog2() as usize] += 1;
+        }
+        // Exponents 4 (only 24-31) to 18 (only 256 KiB itself): each about
+        // 20 000 / 15 times.
+        for (exponent, &count) in seen.iter().enumerate().take(19).skip(4) {
+            assert!((1_000..1_700).contains(&count), "2^{exponent}: {count}");
+        }
+        assert_eq!(log_size(&mut rng, 100, 100), 100);
     }
 
     /// `alloc_zeroed` that forgets to zero.

@@ -52,10 +52,16 @@ pub(crate) unsafe fn refill(heap: *mut Heap, class: usize) -> (*mut Heap, *mut P
     }
     // SAFETY: heap is this thread's (freshly created or passed by the caller).
     unsafe {
+        // The heartbeat ran out (every `HEARTBEAT_ALLOCS` fast-path
+        // allocations), rather than a page: look at the clock now. A thread
+        // whose allocations all hit warm pages reaches the slow path only
+        // through its heartbeat, and may be the only one left to run the
+        // purges of threads that exited (their memory waits for it).
+        let beat = (*heap).heartbeat == 0;
         (*heap).heartbeat = HEARTBEAT_ALLOCS;
         take_notifications(heap);
         (*heap).slow_ticks = (*heap).slow_ticks.wrapping_add(1);
-        if (*heap).slow_ticks % CLOCK_CHECK_INTERVAL == 0 {
+        if beat || (*heap).slow_ticks % CLOCK_CHECK_INTERVAL == 0 {
             periodic(heap);
         }
         let page = find_page(heap, class);

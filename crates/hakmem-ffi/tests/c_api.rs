@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 use std::time::Duration;
-use support::{compile_c, libs, run, Link};
+use support::{compile_c, libs, run, secure_libs, Link};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const VERSION_DEFINE: &str = concat!("HAKMEM_EXPECTED_VERSION=\"", env!("CARGO_PKG_VERSION"), "\"");
@@ -319,6 +319,48 @@ fn shared_library_uses_initial_exec_tls_only() {
         dynamic.contains("STATIC_TLS"),
         "libhakmem.so is not marked STATIC_TLS:\n{dynamic}"
     );
+}
+
+/// libhakmem.so is linked against the C library: it needs `libc.so.6`,
+/// and every C symbol it takes from it is versioned, none left to be
+/// looked up by bare name. `atexit` and `pthread_atfork` are not exported
+/// by glibc at all (they live in `libc_nonshared.a`): built without `-lc`
+/// (the `libc` crate's `std` feature turned on by another package of the
+/// same build), the library failed at its first allocation with "symbol
+/// lookup error: undefined symbol: atexit".
+#[test]
+fn shared_library_links_the_c_library() {
+    for lib in [&libs().shared, &secure_libs().shared] {
+        let readelf = Command::new("readelf")
+            .arg("-d")
+            .arg(lib)
+            .output()
+            .expect("run readelf");
+        let dynamic = String::from_utf8_lossy(&readelf.stdout);
+        assert!(
+            dynamic.contains("Shared library: [libc.so.6]"),
+            "{} does not need libc.so.6:\n{dynamic}",
+            lib.display()
+        );
+        let nm = Command::new("nm")
+            .args(["-D", "--undefined-only"])
+            .arg(lib)
+            .output()
+            .expect("run nm");
+        let undefined = String::from_utf8_lossy(&nm.stdout);
+        let bare: Vec<&str> = undefined
+            .lines()
+            // Weak references (`w`, `v`: the C++ runtime's, optional) may
+            // stay unresolved.
+            .filter(|l| !l.contains('@') && !matches!(l.split_whitespace().next(), Some("w" | "v")))
+            .collect();
+        assert!(
+            bare.is_empty(),
+            "{}: C symbols without a version:\n{}",
+            lib.display(),
+            bare.join("\n")
+        );
+    }
 }
 
 /// Issue 22, hole 3: libhakmem.so opened with `dlopen`, used by threads,

@@ -6,6 +6,18 @@
 use core::ffi::{c_char, c_void, CStr};
 use core::ptr;
 
+// Links the C library itself. The `libc` crate asks for `-lc` only when
+// its `std` feature is off (with it, it counts on std's link line); a
+// program or library with no std in it (libhakmem.so) then got no `-lc`
+// at all whenever another package of the same build turned that feature
+// on (`cargo build --release` of the workspace: hakmem-bench's progress
+// bar does). Its C symbols were left unversioned and `atexit` and
+// `pthread_atfork`, which glibc keeps in `libc_nonshared.a` rather than
+// exporting, undefined: "symbol lookup error: undefined symbol: atexit"
+// at the first allocation under LD_PRELOAD.
+#[link(name = "c")]
+extern "C" {}
+
 pub(crate) use libc::{EEXIST, EINVAL, ENOMEM};
 
 /// The calling thread's `errno`.

@@ -65,9 +65,16 @@ fn build_libs(package_dir: &Path, stem: &str) -> Libs {
     };
     let cargo = env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
     let manifest = package_dir.join("Cargo.toml");
+    // With hakmem-bench in the same build, as `cargo build --release` of
+    // the workspace (the README's command) and scripts/bench build it:
+    // features of shared dependencies are unified across the packages of
+    // one build, so this is the library users get, not one only a build of
+    // hakmem-ffi alone gives (that difference once left `atexit`
+    // unresolved in the workspace's libhakmem.so).
     let output = Command::new(cargo)
         .args(["build", "--quiet", "--lib", "--profile", profile, "--manifest-path"])
         .arg(&manifest)
+        .args(["-p", &package_name(package_dir), "-p", "hakmem-bench"])
         .arg("--target-dir")
         .arg(target_dir)
         .output()
@@ -84,6 +91,17 @@ fn build_libs(package_dir: &Path, stem: &str) -> Libs {
     assert!(libs.shared.is_file(), "{} was not built", libs.shared.display());
     assert!(libs.archive.is_file(), "{} was not built", libs.archive.display());
     libs
+}
+
+/// The package name in `package_dir`'s manifest.
+fn package_name(package_dir: &Path) -> String {
+    let manifest = fs::read_to_string(package_dir.join("Cargo.toml")).expect("read the package's manifest");
+    manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("name = \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .expect("the manifest names its package")
+        .to_string()
 }
 
 /// The workspace root (for `include/` and the git tests).

@@ -201,9 +201,9 @@ pub(crate) fn purge_global(now: u64, force: bool) {
 /// `purge_global`, with the forced work on threads apart: with
 /// `abandon_retired` it abandons every retired heap and looks for every
 /// thread not yet seen alive (`thread::live::reap_exited`), else only for what
-/// is due (a thread's exit purges everything now, but leaves the heaps
-/// retired before its own waiting for new threads, and costs no look at
-/// the other threads).
+/// is due. The heaps go first: what abandoning them frees or abandons is
+/// then on the lists this pass purges (with `force`, at once: `collect(true)`
+/// gives back every free page, also the retired heaps').
 fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
     let due = GLOBAL_PURGE_AT.load(Ordering::Relaxed);
     if !force && now < due {
@@ -221,16 +221,16 @@ fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
         GLOBAL_PURGE_AT.store(u64::MAX, Ordering::Relaxed);
     }
     PURGE_LOCK.lock_yielding();
-    // Cached and abandoned segments: take each list whole, purge the due
-    // pages, put the segments back (no lock is held across the calls).
-    let mut next = purge_list(&SEGMENT_CACHE, SEGMENT_CACHE_MAX, now, force);
-    next = next.min(purge_list(&ABANDONED, usize::MAX, now, force));
-    next = next.min(huge::purge_huge_cache(now, force));
-    next = next.min(crate::thread::abandon::age_retired(now, abandon_retired));
+    let mut next = crate::thread::abandon::age_retired(now, abandon_retired);
     #[cfg(not(hakmem_loom))]
     {
         next = next.min(crate::thread::live::reap_exited(now, abandon_retired));
     }
+    // Cached and abandoned segments: take each list whole, purge the due
+    // pages, put the segments back (no lock is held across the calls).
+    next = next.min(purge_list(&SEGMENT_CACHE, SEGMENT_CACHE_MAX, now, force));
+    next = next.min(purge_list(&ABANDONED, usize::MAX, now, force));
+    next = next.min(huge::purge_huge_cache(now, force));
     PURGE_LOCK.unlock();
     if next != u64::MAX {
         GLOBAL_PURGE_AT.fetch_min(next, Ordering::Relaxed);

@@ -1,8 +1,8 @@
 //! Thread exit and reclaim.
 //!
 //! An exiting thread's heap is *retired* (`heap_retire`): tidied (remote
-//! batches pushed, notifications taken, empty pages given back and free
-//! pages purged) and kept whole — segments, queues, pages — on a short list
+//! batches pushed, notifications taken, empty pages given back, what is
+//! due purged; the rest keeps its deadline) and kept whole — segments, queues, pages — on a short list
 //! for the next new thread, which takes it over as it is
 //! (`heap_for_thread`): no segment changes hands, its first allocation is
 //! a fast-path hit, and the blocks the dead thread left behind (handed to

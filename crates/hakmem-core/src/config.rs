@@ -96,6 +96,10 @@ fn init() {
         .compare_exchange(0, READING, Ordering::Acquire, Ordering::Acquire)
         .is_ok()
     {
+        // SAFETY: only the CAS winner gets here, once, and before any
+        // segment exists (every mapping reads the configuration first):
+        // nobody reads the key yet.
+        unsafe { crate::small::page::set_mark_key(os::random_for_marks()) };
         let mut cfg = DEFAULT;
         os::for_each_env(|entry| apply(&mut cfg, entry));
         cfg.system_thp_always = os::thp_always();

@@ -189,6 +189,14 @@ pub(crate) unsafe fn protect_rw(p: *mut u8, size: usize) -> bool {
     unsafe { libc::mprotect(p.cast(), size, libc::PROT_READ | libc::PROT_WRITE) == 0 }
 }
 
+/// Random bits from the kernel if its pool is ready (never blocks), or None.
+pub(crate) fn random_nonblocking() -> Option<usize> {
+    let mut v: usize = 0;
+    // SAFETY: v is a valid buffer of its size.
+    let n = unsafe { libc::getrandom((&raw mut v).cast(), core::mem::size_of::<usize>(), libc::GRND_NONBLOCK) };
+    (n == core::mem::size_of::<usize>() as isize).then_some(v)
+}
+
 /// Random bits from the kernel, or None.
 #[cfg(feature = "secure")]
 pub(crate) fn random_usize() -> Option<usize> {

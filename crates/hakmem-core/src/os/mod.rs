@@ -475,6 +475,21 @@ pub(crate) unsafe fn protect_rw(p: *mut u8, size: usize) -> bool {
     done
 }
 
+/// Random bits for the freed mark's key (`small::page::freed_mark`): from
+/// the kernel without waiting for its entropy pool (a program started
+/// early at boot must not block in its first `malloc`), else from the
+/// clock and an address — a key a program does not know either way.
+pub(crate) fn random_for_marks() -> usize {
+    let _keep = KeepErrno::new();
+    let v: usize = 0;
+    let random = if refused!(Random) {
+        None
+    } else {
+        sys::random_nonblocking()
+    };
+    random.unwrap_or_else(|| (now_ms() as usize).rotate_left(32) ^ (&raw const v as usize))
+}
+
 /// Random bits from the kernel (for the `secure` feature's keys).
 #[cfg(feature = "secure")]
 pub(crate) fn random_usize() -> usize {

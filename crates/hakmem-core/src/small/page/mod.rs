@@ -117,12 +117,50 @@ pub(crate) struct Block {
 pub(crate) const MIN_BLOCK_SIZE: usize = core::mem::size_of::<Block>();
 
 /// The mark a freed block of `page` carries in its second word: the address
-/// of the page's metadata, in the segment header. A program never holds a
-/// pointer into hakmem's headers, so a live block's data cannot look freed
-/// by accident; and the free path has the value in a register already.
+/// of the page's metadata, in the segment header, XORed with `MARK_KEY`.
+///
+/// The address alone was a value a live block could hold: a program that
+/// stores a pointer mixed with a small number (`p ^ size`, a checksum, a
+/// tag) in a block's second word can produce the address of the header
+/// entry of its own page, and its next `free` was then reported as a
+/// double free (hakmem-bench's `rethread`, which stores `size ^ p` there,
+/// hit it once in a few runs on blocks of 64-256 KiB). With the key, a
+/// mark has its top bit set (no pointer has it) and 63 random bits a
+/// program cannot compute.
 #[inline(always)]
 pub(crate) fn freed_mark(page: *const Page) -> usize {
-    page as usize
+    // SAFETY: MARK_KEY is written once, by `set_mark_key`, before any
+    // segment exists; whoever holds a page of one reads it after that write
+    // (see `MarkKey`).
+    page as usize ^ unsafe { *MARK_KEY.0.get() }
+}
+
+/// See `freed_mark`. Written once, by the thread that first reads the
+/// configuration, before it publishes the configuration (Release) — and
+/// every segment's mapping reads the configuration (Acquire) before the
+/// segment holds a block, so every read of the key by a thread holding a
+/// block happens after the write, and no mark is ever written with another
+/// key. Not an atomic: the free path reads it with one memory operand, and
+/// the compiler may reuse the value between the check and the store of a
+/// mark. The initial value already keeps marks off every pointer.
+struct MarkKey(core::cell::UnsafeCell<usize>);
+
+// SAFETY: one write, ordered before every read (above).
+unsafe impl Sync for MarkKey {}
+
+static MARK_KEY: MarkKey = MarkKey(core::cell::UnsafeCell::new(MARK_TOP));
+
+/// The bit every mark has (no user-space pointer has it).
+const MARK_TOP: usize = 1 << (usize::BITS - 1);
+
+/// Draws `MARK_KEY`.
+///
+/// # Safety
+/// Called once, by the configuration's first reader, before any segment is
+/// mapped (no other thread reads the key yet).
+pub(crate) unsafe fn set_mark_key(random: usize) {
+    // SAFETY: the caller's guarantee: no concurrent reader or writer.
+    unsafe { *MARK_KEY.0.get() = random | MARK_TOP };
 }
 
 /// What `Page::start_word` is XORed with: the top bit with the `valgrind`

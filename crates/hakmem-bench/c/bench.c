@@ -663,16 +663,7 @@ static thread_run_t run_churn(const params_t *p) {
     run.end_ns = now_ns();
     run.ops = p->iters * p->threads;
     run.errors = atomic_load(&errors);
-    for (size_t i = 0; i < p->ws; i++) {
-        unsigned char *ptr = atomic_load(&slots[i]);
-        if (ptr == NULL) continue;
-        block_t b;
-        if (block_from_sized(ptr, p->min, p->max, &b))
-            block_free(b);
-        else
-            run.errors++;
-    }
-    free(slots);
+    drain_sized(slots, p, &run);
     return run;
 }
 

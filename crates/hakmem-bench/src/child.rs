@@ -148,8 +148,11 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<(Job, Allocator), String>
             kernel.name()
         ));
     }
-    if params.ws == 0 || params.threads == 0 {
-        return Err("WS and THREADS must be at least 1".into());
+    if params.ws == 0 || params.threads == 0 || params.iters == 0 {
+        return Err("WS, ITERS and THREADS must be at least 1".into());
+    }
+    if params.threads > 1024 {
+        return Err("THREADS must be at most 1024".into());
     }
     let workload = workloads::find(workload.as_ref())
         .ok_or_else(|| format!("unknown workload '{}'", workload.as_ref()))?
@@ -241,8 +244,10 @@ mod tests {
         assert_eq!(with(1, "x"), "MIN must be a whole number, not 'x'");
         assert!(with(1, "0").starts_with("sizes must satisfy"));
         assert!(with(1, "2048").starts_with("sizes must satisfy"), "min > max");
-        assert_eq!(with(3, "0"), "WS and THREADS must be at least 1");
-        assert_eq!(with(6, "0"), "WS and THREADS must be at least 1");
+        assert_eq!(with(3, "0"), "WS, ITERS and THREADS must be at least 1");
+        assert_eq!(with(4, "0"), "WS, ITERS and THREADS must be at least 1");
+        assert_eq!(with(6, "0"), "WS, ITERS and THREADS must be at least 1");
+        assert_eq!(with(6, "1025"), "THREADS must be at most 1024");
         assert_eq!(with(7, "nope"), "unknown workload 'nope'");
         assert_eq!(with(8, "tcmalloc"), "allocator 'tcmalloc' runs only under --preload");
         assert_eq!(with(8, "mimalloc"), "unknown allocator 'mimalloc'");

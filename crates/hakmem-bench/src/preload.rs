@@ -136,19 +136,9 @@ pub fn library(allocator: Allocator, exe_dir: &Path, scratch: &Path) -> Result<O
 
 /// The command for one run of `job` under `library` (`None`: glibc).
 pub fn command(binary: &Path, library: Option<&Path>, job: &Job, allocator: Allocator) -> Command {
-    let p = &job.params;
     let mut command = Command::new(binary);
-    command.args([
-        p.kernel.name().to_string(),
-        p.min.to_string(),
-        p.max.to_string(),
-        p.ws.to_string(),
-        p.iters.to_string(),
-        p.seed.to_string(),
-        p.threads.to_string(),
-        job.workload.to_string(),
-        allocator.name().to_string(),
-    ]);
+    // The C program takes the Rust child's arguments.
+    command.args(crate::child::args(job, allocator));
     match library {
         Some(library) => command.env("LD_PRELOAD", library),
         None => command.env_remove("LD_PRELOAD"),

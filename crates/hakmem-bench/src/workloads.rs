@@ -963,26 +963,33 @@ fn churn<A: GlobalAlloc + Sync>(a: &A, p: &Params) -> ThreadRun {
     }
     let end = Instant::now();
     // The scope joined every thread: their blocks and counts are visible.
-    let mut errors = errors.into_inner();
-    for slot in slots {
-        let Some(ptr) = NonNull::new(slot.into_inner()) else {
-            continue;
-        };
-        // SAFETY: every pointer in the slots came from `calloc_sized` with
-        // a size in [min, max] and is live; the slots are gone, so this is
-        // its only holder.
-        match unsafe { Block::from_sized(ptr, p.min, p.max) } {
-            // SAFETY: the block came from `a`.
-            Some(block) => unsafe { block.free(a) },
-            None => errors += 1,
-        }
-    }
+    let errors = errors.into_inner() + drain_sized(a, p, slots);
     ThreadRun {
         start,
         end,
         ops: p.iters * p.threads as u64,
         errors,
     }
+}
+
+/// churn and rethread: frees the blocks left in the shared slots (after
+/// the timed section) and returns how many were damaged.
+fn drain_sized<A: GlobalAlloc>(a: &A, p: &Params, slots: Vec<AtomicPtr<u8>>) -> u64 {
+    let mut errors = 0;
+    for slot in slots {
+        let Some(ptr) = NonNull::new(slot.into_inner()) else {
+            continue;
+        };
+        // SAFETY: every pointer in the slots came from `calloc_sized` or
+        // `alloc_sized` with a size in [min, max] and is live; the slots are
+        // gone, so this is its only holder.
+        match unsafe { Block::from_sized(ptr, p.min, p.max) } {
+            // SAFETY: the block came from `a`.
+            Some(block) => unsafe { block.free(a) },
+            None => errors += 1,
+        }
+    }
+    errors
 }
 
 fn churn_thread<A: GlobalAlloc>(a: &A, p: &Params, slot: &AtomicPtr<u8>, size: usize, errors: &AtomicU64) {
@@ -1040,20 +1047,7 @@ fn rethread<A: GlobalAlloc + Sync>(a: &A, p: &Params) -> ThreadRun {
     }
     let end = Instant::now();
     // The scope joined every thread: their blocks and counts are visible.
-    let mut errors = errors.into_inner();
-    for slot in slots {
-        let Some(ptr) = NonNull::new(slot.into_inner()) else {
-            continue;
-        };
-        // SAFETY: every pointer in the slots came from `alloc_sized` with a
-        // size in [min, max] and is live; the slots are gone, so this is its
-        // only holder.
-        match unsafe { Block::from_sized(ptr, p.min, p.max) } {
-            // SAFETY: the block came from `a`.
-            Some(block) => unsafe { block.free(a) },
-            None => errors += 1,
-        }
-    }
+    let errors = errors.into_inner() + drain_sized(a, p, slots);
     ThreadRun {
         start,
         end,

@@ -697,7 +697,7 @@ fn the_child_runs_one_workload_and_prints_one_result_line() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
-        "hakmem-bench-child: WS and THREADS must be at least 1\n"
+        "hakmem-bench-child: WS, ITERS and THREADS must be at least 1\n"
     );
 }
 

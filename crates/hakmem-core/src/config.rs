@@ -97,8 +97,10 @@ fn init() {
         .is_ok()
     {
         // SAFETY: only the CAS winner gets here, once, and before any
-        // segment exists (every mapping reads the configuration first):
-        // nobody reads the key yet.
+        // segment holds a block: every mapping of a segment, huge block or
+        // arena reads the configuration (`segment::arena::advise_thp`)
+        // before the memory is set up, and a thread's set-up reads it
+        // first: nobody reads the key yet.
         unsafe { crate::small::page::set_mark_key(os::random_for_marks()) };
         let mut cfg = DEFAULT;
         os::for_each_env(|entry| apply(&mut cfg, entry));

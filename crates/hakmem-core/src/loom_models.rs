@@ -22,6 +22,8 @@ const BLOCK: usize = 64;
 
 /// A page over a leaked buffer of `blocks` blocks, all carved.
 fn carved_page(blocks: usize) -> *mut Page {
+    // Draws the freed mark's key first, as a real segment's mapping does.
+    crate::config::config();
     let buf = Box::leak(std::vec![0u8; blocks * BLOCK].into_boxed_slice());
     let page = Box::into_raw(Box::new(Page::empty()));
     // SAFETY: page was just allocated; buf outlives the model (leaked).

@@ -14,8 +14,9 @@ use core::ptr;
 // bar does). Its C symbols were left unversioned and `atexit` and
 // `pthread_atfork`, which glibc keeps in `libc_nonshared.a` rather than
 // exporting, undefined: "symbol lookup error: undefined symbol: atexit"
-// at the first allocation under LD_PRELOAD.
-#[link(name = "c")]
+// at the first allocation under LD_PRELOAD. (Not with `crt-static`, where
+// the C library is linked statically, as the `libc` crate does then.)
+#[cfg_attr(not(target_feature = "crt-static"), link(name = "c"))]
 extern "C" {}
 
 pub(crate) use libc::{EEXIST, EINVAL, ENOMEM};

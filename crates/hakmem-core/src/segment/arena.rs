@@ -84,6 +84,10 @@ pub(crate) fn segment_alloc() -> *mut Segment {
 /// Transparent huge pages: on when asked (`HAKMEM_THP=1`); otherwise opted
 /// out where the system would force them (a 2 MiB-aligned segment would get
 /// a huge page on first touch, multiplying RSS for small heaps).
+///
+/// Every fresh mapping that will hold blocks comes through here before it
+/// is set up, so the configuration (and with it the freed mark's key,
+/// `small::page::freed_mark`) is read before any block exists: keep it so.
 pub(crate) fn advise_thp(p: *mut u8, size: usize) {
     let cfg = config();
     if cfg.thp {

@@ -83,6 +83,36 @@ int hakmem_owns(const void *p);
 void hakmem_os_counters(struct HakmemOsCounters *out);
 
 /**
+ * Writes the live-heap profile (pprof's `profile.proto`, gzip-compressed)
+ * to `path` (`%p` in it stands for the process id): the sampled blocks
+ * still allocated, by the call stack that allocated them, with estimated
+ * bytes and objects (`inuse_space`, `inuse_objects`) and the totals ever
+ * allocated there (`alloc_space`, `alloc_objects`). Sampling is on from
+ * the start under `HAKMEM_PROFILE=[PATH][,rate=BYTES]`, or from
+ * `hakmem_profile_start`. Read it with `go tool pprof -top PROGRAM
+ * FILE`. Returns 0, or -1 with `errno` set (`EINVAL`: `path` is `NULL`,
+ * empty or too long; `ENOMEM`; or the error of the failed `open` or
+ * `write`). The hardened library never samples (its profiles are empty).
+ *
+ * # Safety
+ * `path` must be `NULL` or a NUL-terminated string.
+ */
+int hakmem_profile_dump(const char *path);
+
+/**
+ * Turns heap sampling on, one sample per `rate` bytes allocated on
+ * average (0: the default, 512 KiB; at most 1 GiB), as
+ * `HAKMEM_PROFILE=,rate=BYTES` does from the start.
+ */
+void hakmem_profile_start(size_t rate);
+
+/**
+ * Turns heap sampling off; blocks sampled so far stay in the profile
+ * until they are freed.
+ */
+void hakmem_profile_stop(void);
+
+/**
  * Gives free memory back to the OS now. Collects the calling thread's
  * heap (frees other threads made to it, empty pages); with `force`
  * non-zero, also purges everything free in it and in the global caches at

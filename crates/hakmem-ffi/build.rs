@@ -12,6 +12,11 @@
 //!   its references to the C++ runtime are weak (see the file), so C
 //!   programs using libhakmem do not need one.
 //!
+//! - Keeps the linker's bounds of hakmem-core's `hakmem_text` section
+//!   (`__start_hakmem_text`, `__stop_hakmem_text`: the heap profiler leaves
+//!   the allocator's own frames out of its stacks by them) hidden, so
+//!   that the library exports only its API.
+//!
 //! - Links `libhakmem.so` with `-z nodelete`: a program that opens it with
 //!   `dlopen` and closes it while threads that allocated through it live
 //!   on must not unmap it, as their exit runs hakmem's thread-exit hook
@@ -32,6 +37,10 @@ fn main() {
     compile_new_handler(&ffi_dir);
     generate_header(&ffi_dir);
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
+    // The bounds of hakmem-core's `hakmem_text` section (the heap
+    // profiler leaves the allocator's own frames out of its stacks with
+    // them) stay inside the library rather than exported.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,start-stop-visibility=hidden");
 }
 
 /// hakmem-ffi's folder: the package being built, or its sibling when the

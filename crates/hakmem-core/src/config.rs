@@ -49,6 +49,24 @@ pub struct Config {
     /// Not a variable: whether the system applies THP to every mapping, in
     /// which case hakmem opts its segments out unless `thp` is set.
     pub system_thp_always: bool,
+    /// `HAKMEM_PROFILE=[PATH][,rate=BYTES]`: sample the heap (profile/)
+    /// from the start.
+    pub profile: bool,
+    /// The mean sampling interval `HAKMEM_PROFILE` gave (bytes).
+    pub profile_rate: usize,
+    /// Where `HAKMEM_PROFILE` writes the live heap at exit (empty: not).
+    profile_path_buf: [u8; PROFILE_PATH_MAX],
+    profile_path_len: usize,
+}
+
+/// The longest `HAKMEM_PROFILE` path.
+pub const PROFILE_PATH_MAX: usize = 1024;
+
+impl Config {
+    /// The path `HAKMEM_PROFILE` named (empty when none).
+    pub fn profile_path(&self) -> &[u8] {
+        &self.profile_path_buf[..self.profile_path_len]
+    }
 }
 
 /// Default purge delay: long enough that a steady workload re-using its pages
@@ -65,9 +83,14 @@ const DEFAULT: Config = Config {
     thp: false,
     on_error: OnError::Abort,
     system_thp_always: false,
+    profile: false,
+    profile_rate: crate::profile::DEFAULT_RATE,
+    profile_path_buf: [0; PROFILE_PATH_MAX],
+    profile_path_len: 0,
 };
 
-const KNOWN: &str = "HAKMEM_STATS, HAKMEM_VERBOSE, HAKMEM_PURGE_DELAY, HAKMEM_POLICY, HAKMEM_THP, HAKMEM_ON_ERROR";
+const KNOWN: &str =
+    "HAKMEM_STATS, HAKMEM_VERBOSE, HAKMEM_PURGE_DELAY, HAKMEM_POLICY, HAKMEM_THP, HAKMEM_ON_ERROR, HAKMEM_PROFILE";
 
 struct ConfigCell(UnsafeCell<Config>);
 
@@ -109,6 +132,9 @@ fn init() {
         unsafe { *CONFIG.0.get() = cfg };
         // Release: publishes CONFIG to the Acquire loads in `config`.
         STATE.store(READY, Ordering::Release);
+        if cfg.profile {
+            crate::profile::start(cfg.profile_rate);
+        }
         if cfg.verbose {
             print_config(&cfg);
         }
@@ -146,6 +172,7 @@ fn apply(cfg: &mut Config, entry: &[u8]) {
             _ => None,
         }
         .map(|v| cfg.policy = v),
+        b"HAKMEM_PROFILE" => parse_profile(cfg, value),
         b"HAKMEM_ON_ERROR" => match value {
             b"abort" => Some(OnError::Abort),
             b"warn" => Some(OnError::Warn),
@@ -178,6 +205,39 @@ fn parse_bool(v: &[u8]) -> Option<bool> {
         b"0" | b"no" | b"false" | b"off" | b"" => Some(false),
         _ => None,
     }
+}
+
+/// `HAKMEM_PROFILE`'s value: comma-separated, `rate=BYTES` (digits, with
+/// an optional `k`, `m` or `g` suffix: KiB, MiB, GiB) and at most one path.
+/// Nothing is changed when any part is bad.
+fn parse_profile(cfg: &mut Config, value: &[u8]) -> Option<()> {
+    let mut rate = crate::profile::DEFAULT_RATE;
+    let mut path: &[u8] = b"";
+    for part in value.split(|&b| b == b',') {
+        if let Some(bytes) = part.strip_prefix(b"rate=") {
+            let (digits, shift) = match bytes.last() {
+                Some(b'k' | b'K') => (&bytes[..bytes.len() - 1], 10),
+                Some(b'm' | b'M') => (&bytes[..bytes.len() - 1], 20),
+                Some(b'g' | b'G') => (&bytes[..bytes.len() - 1], 30),
+                _ => (bytes, 0),
+            };
+            let n = parse_i64(digits)?;
+            rate = usize::try_from(n).ok()?.checked_shl(shift)?;
+            if !(crate::profile::MIN_RATE..=crate::profile::MAX_RATE).contains(&rate) || rate >> shift != n as usize {
+                return None;
+            }
+        } else if !part.is_empty() {
+            if !path.is_empty() || part.len() >= PROFILE_PATH_MAX {
+                return None;
+            }
+            path = part;
+        }
+    }
+    cfg.profile = true;
+    cfg.profile_rate = rate;
+    cfg.profile_path_buf[..path.len()].copy_from_slice(path);
+    cfg.profile_path_len = path.len();
+    Some(())
 }
 
 fn parse_i64(v: &[u8]) -> Option<i64> {
@@ -259,5 +319,43 @@ mod tests {
         assert_eq!(parse_i64(b""), None);
         assert_eq!(parse_i64(b"12a"), None);
         assert_eq!(parse_i64(b"99999999999999999999"), None);
+    }
+
+    #[test]
+    fn the_profile_variable_takes_a_path_and_a_rate() {
+        let mut cfg = DEFAULT;
+        apply(&mut cfg, b"HAKMEM_PROFILE=/tmp/heap.%p.pb.gz");
+        assert!(cfg.profile);
+        assert_eq!(cfg.profile_path(), b"/tmp/heap.%p.pb.gz");
+        assert_eq!(cfg.profile_rate, crate::profile::DEFAULT_RATE);
+        apply(&mut cfg, b"HAKMEM_PROFILE=out.pb.gz,rate=64k");
+        assert_eq!((cfg.profile_path(), cfg.profile_rate), (&b"out.pb.gz"[..], 65536));
+        apply(&mut cfg, b"HAKMEM_PROFILE=rate=10000");
+        assert_eq!(
+            (cfg.profile_path(), cfg.profile_rate),
+            (&b""[..], 10000),
+            "sampling without a path"
+        );
+        apply(&mut cfg, b"HAKMEM_PROFILE=,rate=2m");
+        assert_eq!(cfg.profile_rate, 2 << 20);
+        for bad in [
+            &b"HAKMEM_PROFILE=a,b"[..],
+            b"HAKMEM_PROFILE=x,rate=0",
+            b"HAKMEM_PROFILE=x,rate=4095",
+            b"HAKMEM_PROFILE=x,rate=2g",
+            b"HAKMEM_PROFILE=x,rate=fast",
+            b"HAKMEM_PROFILE=x,rate=-5",
+        ] {
+            apply(&mut cfg, bad);
+            assert_eq!(
+                (cfg.profile_path(), cfg.profile_rate),
+                (&b""[..], 2 << 20),
+                "{bad:?} kept the previous value"
+            );
+        }
+        let mut entry = [b'x'; 15 + PROFILE_PATH_MAX];
+        entry[..15].copy_from_slice(b"HAKMEM_PROFILE=");
+        apply(&mut cfg, &entry);
+        assert_eq!(cfg.profile_path(), b"", "a path too long is refused");
     }
 }

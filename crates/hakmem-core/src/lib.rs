@@ -40,6 +40,7 @@ mod huge;
 mod list;
 mod os;
 mod policy;
+pub mod profile;
 mod segment;
 mod small;
 mod stats;
@@ -199,6 +200,7 @@ mod front {
 
     /// [`alloc_generic`] without the zero flag: a tail call from `alloc`.
     #[inline(never)]
+    #[link_section = "hakmem_text"]
     fn alloc_other(size: usize, align: usize) -> *mut u8 {
         // SAFETY: thread::heap() is this thread's heap.
         unsafe { alloc_generic(thread::heap(), size, align).0 }
@@ -217,6 +219,7 @@ mod front {
     /// `heap` must be the calling thread's heap (possibly the empty or the
     /// exited heap) or one of its live local heaps.
     #[inline]
+    #[link_section = "hakmem_text"]
     pub(crate) unsafe fn alloc_generic(heap: *mut Heap, size: usize, align: usize) -> (*mut u8, bool) {
         debug_assert!(align.is_power_of_two());
         let need = secure::padded(size);
@@ -252,11 +255,14 @@ mod front {
     ///
     /// # Safety
     /// As for [`alloc_generic`].
+    #[link_section = "hakmem_text"]
     unsafe fn alloc_huge(heap: *mut Heap, size: usize, align: usize) -> (*mut u8, bool) {
         // SAFETY: the caller's guarantee: heap is a valid heap.
         if unsafe { (*heap).is_orphaned() } {
             return (ptr::null_mut(), false);
         }
+        // SAFETY: the caller's guarantee: heap is this thread's.
+        let sample = unsafe { crate::profile::active() && crate::profile::take(heap, size) };
         let (p, zero) = huge::huge_alloc(size, align);
         // SAFETY: the caller's guarantee; p is a huge block just allocated
         // for heap, so segment_of(p) is its fresh huge segment.
@@ -264,12 +270,19 @@ mod front {
             if !p.is_null() && (*heap).is_local() {
                 huge::attach_to_local(heap, segment_of(p));
             }
+            if crate::profile::active() {
+                crate::profile::rearm(heap);
+            }
+            if sample && !p.is_null() {
+                crate::profile::record(heap, p, size);
+            }
         }
         (p, zero)
     }
 
     /// Like [`alloc`], with the block's bytes zeroed. Memory known to be fresh
     /// from the OS is not cleared again.
+    #[link_section = "hakmem_text"]
     pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
         if !align.is_power_of_two() {
             return invalid_alignment();
@@ -278,6 +291,7 @@ mod front {
     }
 
     /// [`alloc_zeroed`] for an `align` known to be a power of two.
+    #[link_section = "hakmem_text"]
     fn alloc_zeroed_aligned(size: usize, align: usize) -> *mut u8 {
         // SAFETY: thread::heap() is this thread's heap.
         unsafe { alloc_zeroed_in(thread::heap(), size, align) }
@@ -288,6 +302,7 @@ mod front {
     ///
     /// # Safety
     /// As for [`alloc_generic`].
+    #[link_section = "hakmem_text"]
     pub(crate) unsafe fn alloc_zeroed_in(heap: *mut Heap, size: usize, align: usize) -> *mut u8 {
         debug_assert!(align.is_power_of_two());
         if valgrind::ENABLED {
@@ -351,6 +366,7 @@ mod front {
     ///
     /// # Safety
     /// `p` must be null or a live block returned by this allocator with `align`.
+    #[link_section = "hakmem_text"]
     pub unsafe fn realloc(p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
         // SAFETY: the caller's guarantee; thread::heap() is this thread's heap.
         unsafe { realloc_in(thread::heap(), p, new_size, align) }
@@ -362,6 +378,7 @@ mod front {
     ///
     /// # Safety
     /// As for [`realloc`] and [`alloc_generic`].
+    #[link_section = "hakmem_text"]
     pub(crate) unsafe fn realloc_in(heap: *mut Heap, p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
         if p.is_null() {
             // SAFETY: the caller's guarantee for heap.
@@ -386,6 +403,7 @@ mod front {
     ///
     /// # Safety
     /// As for [`alloc_generic`].
+    #[link_section = "hakmem_text"]
     unsafe fn alloc_in_checked(heap: *mut Heap, size: usize, align: usize) -> *mut u8 {
         if align.is_power_of_two() {
             // SAFETY: the caller's guarantee.
@@ -401,15 +419,21 @@ mod front {
     /// `p` must be a live block returned by this allocator with `align`;
     /// `heap` as for [`alloc_generic`].
     #[cfg(not(feature = "secure"))]
+    #[link_section = "hakmem_text"]
     unsafe fn realloc_checked(heap: *mut Heap, p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
         // SAFETY: p is a live hakmem block.
         let usable = unsafe { usable_size(p) };
-        if new_size <= usable && new_size >= usable / 2 {
+        // A sampled block (profile/) is moved, so that its record follows.
+        // SAFETY: p is a live hakmem block.
+        if new_size <= usable && new_size >= usable / 2 && !unsafe { crate::profile::is_sampled(p) } {
             return p;
         }
         let seg = segment_of(p);
         // SAFETY: p is a live hakmem block, so seg is its header.
-        if unsafe { (*seg).kind } == SegmentKind::Huge && new_size > LARGE_SIZE_MAX && align <= PAGE_SIZE {
+        let huge = unsafe { (*seg).kind } == SegmentKind::Huge;
+        // SAFETY: as above.
+        let sampled = unsafe { crate::profile::is_sampled(p) };
+        if huge && new_size > LARGE_SIZE_MAX && align <= PAGE_SIZE && !sampled {
             // SAFETY: p is the caller's live huge block.
             let q = unsafe { huge::huge_realloc(seg, p, new_size) };
             if !q.is_null() {
@@ -458,6 +482,7 @@ mod front {
     /// # Safety
     /// `p` must be a live block returned by this allocator with `align`;
     /// `heap` as for [`alloc_generic`].
+    #[link_section = "hakmem_text"]
     unsafe fn realloc_by_copy(heap: *mut Heap, p: *mut u8, used: usize, new_size: usize, align: usize) -> *mut u8 {
         // SAFETY: the caller's guarantee for heap.
         let q = unsafe { alloc_in_checked(heap, new_size, align) };
@@ -507,6 +532,7 @@ mod front {
     /// bytes when that is given.
     #[cold]
     #[inline(never)]
+    #[link_section = "hakmem_text"]
     unsafe fn realloc_tracked(
         heap: *mut Heap,
         p: *mut u8,

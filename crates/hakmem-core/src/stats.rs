@@ -229,6 +229,15 @@ pub fn print_stats() {
         ("failed_purges", s.os.failed_purges as u64),
     ]);
     print_policy();
+    let p = crate::profile::profile_stats();
+    if p.mapped_bytes > 0 {
+        line(&[
+            ("profile_live", p.live_samples as u64),
+            ("profile_stacks", p.stacks as u64),
+            ("profile_dropped", p.dropped as u64),
+            ("profile_kib", (p.mapped_bytes >> 10) as u64),
+        ]);
+    }
     if s.per_class {
         os::write_stderr(b"hakmem: class block_size allocs frees\n");
         for row in 0..ROWS {

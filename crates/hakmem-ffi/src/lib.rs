@@ -27,7 +27,8 @@
 //! frame on the stack, see `cxx`; `malloc_info` writes through stdio, which
 //! may allocate.) Release builds are `no_std` with `panic = "abort"`, so
 //! the library holds no Rust runtime at all (no `__tls_get_addr`, no
-//! unwinder); builds that unwind (debug, tests) link `std` for its panic
+//! panic unwinding; libgcc_s's unwinder is linked for the heap profiler's
+//! stack walks only); builds that unwind (debug, tests) link `std` for its panic
 //! machinery only.
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -101,6 +102,59 @@ pub unsafe extern "C" fn hakmem_os_counters(out: *mut HakmemOsCounters) {
     };
     // SAFETY: out is non-null and the caller guarantees it is valid for a write.
     unsafe { out.write(counters) };
+}
+
+/// Writes the live-heap profile (pprof's `profile.proto`, gzip-compressed)
+/// to `path` (`%p` in it stands for the process id): the sampled blocks
+/// still allocated, by the call stack that allocated them, with estimated
+/// bytes and objects (`inuse_space`, `inuse_objects`) and the totals ever
+/// allocated there (`alloc_space`, `alloc_objects`). Sampling is on from
+/// the start under `HAKMEM_PROFILE=[PATH][,rate=BYTES]`, or from
+/// `hakmem_profile_start`. Read it with `go tool pprof -top PROGRAM
+/// FILE`. Returns 0, or -1 with `errno` set (`EINVAL`: `path` is `NULL`,
+/// empty or too long; `ENOMEM`; or the error of the failed `open` or
+/// `write`). The hardened library never samples (its profiles are empty).
+///
+/// # Safety
+/// `path` must be `NULL` or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn hakmem_profile_dump(path: *const c_char) -> c_int {
+    if path.is_null() {
+        overrides::set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: the caller guarantees a NUL-terminated string.
+    let path = unsafe { core::ffi::CStr::from_ptr(path) };
+    match hakmem_core::profile::dump(path.to_bytes()) {
+        Ok(()) => 0,
+        Err(e) => {
+            overrides::set_errno(match e {
+                hakmem_core::profile::DumpError::BadPath => libc::EINVAL,
+                hakmem_core::profile::DumpError::NoMemory => libc::ENOMEM,
+                hakmem_core::profile::DumpError::Io(errno) => errno,
+            });
+            -1
+        }
+    }
+}
+
+/// Turns heap sampling on, one sample per `rate` bytes allocated on
+/// average (0: the default, 512 KiB; at most 1 GiB), as
+/// `HAKMEM_PROFILE=,rate=BYTES` does from the start.
+#[no_mangle]
+pub extern "C" fn hakmem_profile_start(rate: usize) {
+    hakmem_core::profile::start(if rate == 0 {
+        hakmem_core::profile::DEFAULT_RATE
+    } else {
+        rate
+    });
+}
+
+/// Turns heap sampling off; blocks sampled so far stay in the profile
+/// until they are freed.
+#[no_mangle]
+pub extern "C" fn hakmem_profile_stop() {
+    hakmem_core::profile::stop();
 }
 
 /// Gives free memory back to the OS now. Collects the calling thread's

@@ -17,7 +17,7 @@ const VERSION_DEFINE: &str = concat!("HAKMEM_EXPECTED_VERSION=\"", env!("CARGO_P
 /// aliases, C23's sized frees, glibc's statistics functions, the C++
 /// operators (Itanium-mangled), and the `hakmem_*` extensions of
 /// include/hakmem.h.
-const EXPORTS: [&str; 58] = [
+const EXPORTS: [&str; 61] = [
     "__libc_calloc",
     "__libc_free",
     "__libc_malloc",
@@ -65,6 +65,9 @@ const EXPORTS: [&str; 58] = [
     "hakmem_heap_realloc",
     "hakmem_os_counters",
     "hakmem_owns",
+    "hakmem_profile_dump",
+    "hakmem_profile_start",
+    "hakmem_profile_stop",
     "hakmem_stats_json",
     "hakmem_stats_print",
     "hakmem_version",

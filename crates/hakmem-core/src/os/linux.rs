@@ -240,6 +240,121 @@ pub(crate) fn thp_always() -> bool {
     }
 }
 
+/// Opens `path` (NUL-terminated) for writing, created (mode 0644) or
+/// truncated: the descriptor, or the `errno` of the failure.
+pub(crate) fn create_file(path: &core::ffi::CStr) -> Result<i32, i32> {
+    // SAFETY: path is NUL-terminated.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+            0o644 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        Err(errno())
+    } else {
+        Ok(fd)
+    }
+}
+
+/// Writes all of `bytes` to `fd` (retrying short writes and `EINTR`).
+pub(crate) fn write_all(fd: i32, mut bytes: &[u8]) -> Result<(), i32> {
+    while !bytes.is_empty() {
+        // SAFETY: bytes is a valid byte slice for its length.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            if errno() == libc::EINTR {
+                continue;
+            }
+            return Err(errno());
+        }
+        if n == 0 {
+            return Err(libc::EIO);
+        }
+        bytes = &bytes[n as usize..];
+    }
+    Ok(())
+}
+
+/// Closes `fd`: the `errno` of a failure (a write the kernel reports late).
+pub(crate) fn close(fd: i32) -> Result<(), i32> {
+    // SAFETY: closing a descriptor this module opened.
+    if unsafe { libc::close(fd) } < 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// Reads the start of file `path` into `buf`: the bytes read (0 when it
+/// cannot be opened).
+pub(crate) fn read_file(path: &core::ffi::CStr, buf: &mut [u8]) -> usize {
+    // SAFETY: path is NUL-terminated; each read stays within buf.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return 0;
+        }
+        let mut len = 0;
+        while len < buf.len() {
+            let n = libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len);
+            if n < 0 && errno() == libc::EINTR {
+                continue;
+            }
+            if n <= 0 {
+                break;
+            }
+            len += n as usize;
+        }
+        libc::close(fd);
+        len
+    }
+}
+
+/// Maps file `path` read-only: its address and size, or None (not a
+/// regular file, empty, or not readable).
+pub(crate) fn map_file(path: &core::ffi::CStr) -> Option<(*const u8, usize)> {
+    // SAFETY: path is NUL-terminated; st is a valid stat buffer; the
+    // mapping is a private read-only view of the whole file.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let mut st: libc::stat = core::mem::zeroed();
+        let size = if libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFREG {
+            st.st_size as usize
+        } else {
+            0
+        };
+        let p = if size > 0 {
+            libc::mmap(ptr::null_mut(), size, libc::PROT_READ, libc::MAP_PRIVATE, fd, 0)
+        } else {
+            libc::MAP_FAILED
+        };
+        libc::close(fd);
+        (p != libc::MAP_FAILED).then_some((p as *const u8, size))
+    }
+}
+
+/// Unmaps a file mapped by `map_file`.
+///
+/// # Safety
+/// `(p, size)` must come from `map_file` and no longer be used.
+pub(crate) unsafe fn unmap_file(p: *const u8, size: usize) {
+    // SAFETY: the caller's guarantee.
+    unsafe { libc::munmap(p as *mut c_void, size) };
+}
+
+/// Nanoseconds since the Unix epoch (the real-time clock).
+pub(crate) fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// One `write` of `bytes` to stderr: the bytes written, or a negative
 /// number on error.
 pub(crate) fn write_stderr(bytes: &[u8]) -> isize {

@@ -19,13 +19,21 @@ use crate::thread::abandon::{heap_for_thread, heap_retire};
 use crate::thread::heap::{Heap, EMPTY_HEAP, EXITED_HEAP};
 use core::ptr;
 
-/// Fast-path allocations between two forced slow-path calls. Owner frees
-/// refill the page they came from (LIFO), so a thread in a steady state may
-/// never run dry and reach the slow path by itself; this countdown makes
-/// sure its slow-path duties (remote-free notifications, the clock, delayed
-/// purges) still run. One decrement per malloc; at 1024 the forced slow
-/// path costs well under one instruction per allocation.
+/// Fast-path allocations between two forced slow-path calls, about. Owner
+/// frees refill the page they came from (LIFO), so a thread in a steady
+/// state may never run dry and reach the slow path by itself; this
+/// countdown makes sure its slow-path duties (remote-free notifications,
+/// the clock, delayed purges) still run. The countdown is in bytes — one
+/// subtraction of the requested size per malloc, the same two
+/// instructions as counting allocations — so that the heap profiler
+/// (profile/) can arm it with the bytes left to its next sample and cost
+/// the fast paths nothing; the slow path arms it with this many times the
+/// recent allocations' size (`profile::rearm`), so that it still comes
+/// about every 1 024 allocations, well under one instruction each.
 pub(crate) const HEARTBEAT_ALLOCS: u32 = 1024;
+
+/// The heartbeat a heap starts with (bytes): 1 024 allocations of 64 bytes.
+pub(crate) const HEARTBEAT_BYTES: u32 = HEARTBEAT_ALLOCS * 64;
 
 /// Allocates a block for a request of `size` bytes that needs `need <=
 /// SMALL_SIZE_MAX` bytes from a class (`need == size`, but for the `secure`
@@ -49,7 +57,7 @@ pub(crate) unsafe fn alloc_small(heap: *mut Heap, need: usize, size: usize) -> *
     unsafe {
         let page = *(*heap).direct_small.get_unchecked(class::small_index(need));
         let block = (*page).free;
-        if !block.is_null() && heartbeat(heap) {
+        if !block.is_null() && heartbeat(heap, size) {
             (*page).free = (*page).next_of(block);
             crate::check::valgrind::header_access(block);
             (*page).on_alloc(block, size);
@@ -57,13 +65,16 @@ pub(crate) unsafe fn alloc_small(heap: *mut Heap, need: usize, size: usize) -> *
             (*heap).counts.count_alloc(class::class_of(need));
             return block as *mut u8;
         }
-        alloc_small_slow(heap, need, size)
+        alloc_small_slow(need, size, heap)
     }
 }
 
 #[cold]
 #[inline(never)]
-unsafe fn alloc_small_slow(heap: *mut Heap, need: usize, size: usize) -> *mut u8 {
+#[link_section = "hakmem_text"]
+// The heap last: the sizes stay in the registers malloc got them in (the
+// fast path loads the heap into a register of its own).
+unsafe fn alloc_small_slow(need: usize, size: usize, heap: *mut Heap) -> *mut u8 {
     // SAFETY: forwarded from alloc_small.
     unsafe { alloc_slow(heap, class::class_of(need), size) }
 }
@@ -87,7 +98,7 @@ pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize, size: usize) -> *mut u
     unsafe {
         let page = *(*heap).direct.get_unchecked(class);
         let block = (*page).free;
-        if !block.is_null() && heartbeat(heap) {
+        if !block.is_null() && heartbeat(heap, size) {
             (*page).free = (*page).next_of(block);
             crate::check::valgrind::header_access(block);
             (*page).on_alloc(block, size);
@@ -97,20 +108,35 @@ pub(crate) unsafe fn alloc(heap: *mut Heap, class: usize, size: usize) -> *mut u
         }
     }
     // SAFETY: as above.
+    unsafe { alloc_class_slow(size, class, heap) }
+}
+
+/// `alloc`'s miss: [`alloc_slow`] with the size first, where malloc got
+/// it (the fast path then needs no copy of it: see `alloc_small_slow`).
+#[cold]
+#[inline(never)]
+#[link_section = "hakmem_text"]
+unsafe fn alloc_class_slow(size: usize, class: usize, heap: *mut Heap) -> *mut u8 {
+    // SAFETY: forwarded from alloc.
     unsafe { alloc_slow(heap, class, size) }
 }
 
-/// Counts down one fast-path allocation; false when the heartbeat is due
-/// (the caller then takes the slow path, which restarts the countdown).
+/// Counts down the `size` bytes of one fast-path allocation; false when
+/// the heartbeat is due: below zero, read as an `i32` (the caller then
+/// takes the slow path, which restarts the countdown). The count is armed
+/// with at most 1 GiB and a fast-path size is at most a class's, so it
+/// stays far from `i32`'s limits; the sign test compiles
+/// to the subtraction from memory and a branch on its sign flag, the two
+/// instructions of a plain countdown.
 ///
 /// # Safety
 /// `heap` must be the calling thread's heap, not the static empty heap.
 #[inline(always)]
-unsafe fn heartbeat(heap: *mut Heap) -> bool {
+unsafe fn heartbeat(heap: *mut Heap, size: usize) -> bool {
     // SAFETY: the caller guarantees heap is its own, writable heap.
     unsafe {
-        (*heap).heartbeat = (*heap).heartbeat.wrapping_sub(1);
-        (*heap).heartbeat != 0
+        (*heap).heartbeat = (*heap).heartbeat.wrapping_sub(size as u32);
+        ((*heap).heartbeat as i32) >= 0
     }
 }
 
@@ -121,6 +147,7 @@ unsafe fn heartbeat(heap: *mut Heap) -> bool {
 /// # Safety
 /// `heap` must be the calling thread's heap; `class` is `size`'s class (or
 /// a larger one).
+#[link_section = "hakmem_text"]
 pub(crate) unsafe fn alloc_zeroed(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
     debug_assert!(class < CLASS_COUNT && crate::check::secure::padded(size) <= class::BLOCK_SIZE[class]);
     // SAFETY: as in `alloc`: the direct page is valid; the heartbeat counts
@@ -128,7 +155,7 @@ pub(crate) unsafe fn alloc_zeroed(heap: *mut Heap, class: usize, size: usize) ->
     // heap is a real one when written).
     unsafe {
         let page = *(*heap).direct.get_unchecked(class);
-        if (*page).free.is_null() || !heartbeat(heap) {
+        if (*page).free.is_null() || !heartbeat(heap, size) {
             return alloc_zeroed_slow(heap, class, size);
         }
         zeroed_from(heap, page, class, size)
@@ -137,6 +164,7 @@ pub(crate) unsafe fn alloc_zeroed(heap: *mut Heap, class: usize, size: usize) ->
 
 #[cold]
 #[inline(never)]
+#[link_section = "hakmem_text"]
 unsafe fn alloc_zeroed_slow(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
     if heap == EXITED_HEAP.get() {
         // SAFETY: inside, thread::heap() is the heap made for this call.
@@ -145,6 +173,13 @@ unsafe fn alloc_zeroed_slow(heap: *mut Heap, class: usize, size: usize) -> *mut 
     // SAFETY: forwarded from alloc_zeroed; refill returns this thread's
     // heap and a page of it with a free block (checked for null).
     unsafe {
+        crate::profile::note_size(heap, size);
+        if crate::profile::active() && crate::profile::take(heap, size) {
+            let p = crate::profile::alloc_sample(heap, size, true);
+            if !p.is_null() {
+                return p;
+            }
+        }
         let (heap, page) = refill(heap, class);
         if page.is_null() {
             return ptr::null_mut();
@@ -183,6 +218,7 @@ unsafe fn zeroed_from(heap: *mut Heap, page: *mut Page, class: usize, size: usiz
 /// had.
 #[cold]
 #[inline(never)]
+#[link_section = "hakmem_text"]
 fn alloc_after_exit<T>(alloc: impl FnOnce() -> T, fail: T) -> T {
     let heap = heap_for_thread();
     if heap.is_null() {
@@ -200,6 +236,7 @@ fn alloc_after_exit<T>(alloc: impl FnOnce() -> T, fail: T) -> T {
 
 #[cold]
 #[inline(never)]
+#[link_section = "hakmem_text"]
 unsafe fn alloc_slow(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
     if heap == EXITED_HEAP.get() {
         // SAFETY: inside, thread::heap() is the heap made for this call.
@@ -208,6 +245,17 @@ unsafe fn alloc_slow(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
     // refill returns this thread's heap and a page of it with a free block.
     // SAFETY: the caller's guarantee; the page is checked for null before use.
     unsafe {
+        // The heartbeat's measure of this heap's sizes; with profiling,
+        // this allocation may be the one that ends the countdown to the
+        // next sample (refill re-arms it).
+        crate::profile::note_size(heap, size);
+        if crate::profile::active() && crate::profile::take(heap, size) {
+            let p = crate::profile::alloc_sample(heap, size, false);
+            if !p.is_null() {
+                return p;
+            }
+            // No span for the sample: an ordinary block (not sampled).
+        }
         let (heap, page) = refill(heap, class);
         if page.is_null() {
             return ptr::null_mut();
@@ -226,6 +274,7 @@ unsafe fn alloc_slow(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
 /// # Safety
 /// `heap` must be the calling thread's heap (possibly the empty or the
 /// exited heap) or one of its local heaps.
+#[link_section = "hakmem_text"]
 pub(crate) unsafe fn alloc_large(heap: *mut Heap, size: usize) -> (*mut u8, bool) {
     let heap = if heap == EMPTY_HEAP.get() {
         thread::init_heap()
@@ -242,6 +291,27 @@ pub(crate) unsafe fn alloc_large(heap: *mut Heap, size: usize) -> (*mut u8, bool
             (ptr::null_mut(), false),
         );
     }
+    // SAFETY: heap is this thread's heap (or one of its local heaps).
+    unsafe {
+        if crate::profile::active() {
+            let sample = crate::profile::take(heap, size);
+            crate::profile::rearm(heap);
+            let (p, zeroed) = alloc_large_block(heap, size);
+            if sample && !p.is_null() {
+                crate::profile::record(heap, p, size);
+            }
+            return (p, zeroed);
+        }
+        alloc_large_block(heap, size)
+    }
+}
+
+/// [`alloc_large`]'s block, for a heap that is a real one (not a static
+/// heap), with no profiling: the profiler's samples are such blocks.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap or one of its local heaps.
+pub(crate) unsafe fn alloc_large_block(heap: *mut Heap, size: usize) -> (*mut u8, bool) {
     let units = size.div_ceil(PAGE_SIZE).max(1);
     // SAFETY: heap is this thread's heap.
     unsafe {

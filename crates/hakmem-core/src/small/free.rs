@@ -271,6 +271,10 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
             os::report_pointer("free", "double free of", p);
             return;
         }
+        #[cfg(not(hakmem_loom))]
+        if (*page).sampled {
+            crate::profile::on_free(page, p);
+        }
         if (*seg).kind == SegmentKind::Huge {
             huge::on_free(seg, p);
             (*block).freed = mark;

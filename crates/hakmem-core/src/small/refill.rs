@@ -13,7 +13,6 @@ use crate::os;
 use crate::segment::arena;
 use crate::segment::purge::periodic;
 use crate::segment::{self, Segment, PAGE_SIZE};
-use crate::small::alloc::HEARTBEAT_ALLOCS;
 use crate::small::class::{self, LARGE_CLASS};
 use crate::small::page::Page;
 use crate::small::page_queue::{queue_move_to_front, queue_push_front, queue_remove, settle};
@@ -52,13 +51,13 @@ pub(crate) unsafe fn refill(heap: *mut Heap, class: usize) -> (*mut Heap, *mut P
     }
     // SAFETY: heap is this thread's (freshly created or passed by the caller).
     unsafe {
-        // The heartbeat ran out (every `HEARTBEAT_ALLOCS` fast-path
+        // The heartbeat ran out (about every `HEARTBEAT_ALLOCS` fast-path
         // allocations), rather than a page: look at the clock now. A thread
         // whose allocations all hit warm pages reaches the slow path only
         // through its heartbeat, and may be the only one left to run the
         // purges of threads that exited (their memory waits for it).
-        let beat = (*heap).heartbeat == 0;
-        (*heap).heartbeat = HEARTBEAT_ALLOCS;
+        let beat = ((*heap).heartbeat as i32) < 0;
+        crate::profile::rearm(heap);
         take_notifications(heap);
         (*heap).slow_ticks = (*heap).slow_ticks.wrapping_add(1);
         if beat || (*heap).slow_ticks % CLOCK_CHECK_INTERVAL == 0 {

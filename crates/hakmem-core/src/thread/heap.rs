@@ -38,7 +38,7 @@
 
 use crate::os;
 use crate::segment::Segment;
-use crate::small::alloc::HEARTBEAT_ALLOCS;
+use crate::small::alloc::HEARTBEAT_BYTES;
 use crate::small::class::{CLASS_COUNT, SMALL_DIRECT_LEN};
 use crate::small::page::Page;
 use crate::small::page_queue::PageQueue;
@@ -54,8 +54,9 @@ use crossbeam_utils::CachePadded;
 /// side by side in the heap pool).
 #[repr(C, align(128))]
 pub(crate) struct Heap {
-    /// Fast-path allocations left before the next forced slow path (the
-    /// heartbeat; see `HEARTBEAT_ALLOCS`).
+    /// Bytes the fast paths may still hand out before the next forced slow
+    /// path (the heartbeat; see `HEARTBEAT_BYTES`): read as an `i32`, due
+    /// below zero.
     pub(crate) heartbeat: u32,
     /// The page each size up to 1 KiB allocates from, by `small_index(size)`
     /// (mimalloc's `pages_free_direct`): the small fast path needs no class.
@@ -104,6 +105,9 @@ pub(crate) struct Heap {
     /// segments. The one field other threads write: on a line of its own,
     /// so those writes never evict the direct tables.
     pub(crate) notified: CachePadded<AtomicBool>,
+    /// The heap profiler's state (profile/): the countdown to the next
+    /// sample. Untouched while profiling is off.
+    pub(crate) sampler: crate::profile::Sampler,
 }
 
 /// A heap's entry on the list of live thread heaps (thread/live.rs): the
@@ -210,7 +214,7 @@ impl Heap {
 
     const fn with_notified(empty_page: *mut Page, notified: CachePadded<AtomicBool>) -> Self {
         Heap {
-            heartbeat: HEARTBEAT_ALLOCS,
+            heartbeat: HEARTBEAT_BYTES,
             direct_small: [empty_page; SMALL_DIRECT_LEN],
             direct: [empty_page; CLASS_COUNT],
             queues: [PageQueue {
@@ -232,6 +236,7 @@ impl Heap {
             huge: ptr::null_mut(),
             live: LiveEntry::NONE,
             notified,
+            sampler: crate::profile::Sampler::NEW,
         }
     }
 }
@@ -404,7 +409,8 @@ impl Heap {
     /// The heap must be exclusively the caller's (just taken off the pool).
     pub(crate) unsafe fn reset(&mut self) {
         let empty_page = EMPTY_PAGE.get();
-        self.heartbeat = HEARTBEAT_ALLOCS;
+        self.heartbeat = HEARTBEAT_BYTES;
+        self.sampler = crate::profile::Sampler::NEW;
         self.direct_small = [empty_page; SMALL_DIRECT_LEN];
         self.direct = [empty_page; CLASS_COUNT];
         self.queues = [PageQueue {

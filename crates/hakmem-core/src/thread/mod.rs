@@ -220,6 +220,9 @@ fn process_init() {
         if crate::config::config().stats {
             os::at_exit(crate::stats::print_at_exit);
         }
+        if !crate::config::config().profile_path().is_empty() {
+            os::at_exit(crate::profile::dump_at_exit);
+        }
         // Release: publishes the secret to the Acquire loads above and below.
         PROCESS_INIT.store(INIT_DONE, Ordering::Release);
     } else {
@@ -260,10 +263,12 @@ extern "C" fn fork_prepare() {
     crate::thread::abandon::lock_retired();
     arena::lock_all();
     crate::policy::fork_lock();
+    crate::profile::fork_lock();
 }
 
 #[cfg(not(hakmem_loom))]
 extern "C" fn fork_parent() {
+    crate::profile::fork_unlock();
     crate::policy::fork_unlock();
     arena::unlock_all();
     crate::thread::abandon::unlock_retired();
@@ -275,6 +280,7 @@ extern "C" fn fork_parent() {
 
 #[cfg(not(hakmem_loom))]
 extern "C" fn fork_child() {
+    crate::profile::fork_unlock();
     crate::policy::fork_unlock();
     arena::unlock_all();
     crate::thread::abandon::unlock_retired();

@@ -273,7 +273,12 @@ pub(crate) struct Page {
     pub(crate) block_shift: u8,
     /// Units in the span (head only).
     pub(crate) units: u32,
-    _line_pad: [u8; 4],
+    /// The page's block is a live sample of the heap profiler (profile/):
+    /// set by the allocating thread before the block is handed out,
+    /// cleared by the thread that frees it (`free_slow`), so that no page
+    /// is reused with it set.
+    pub(crate) sampled: bool,
+    _line_pad: [u8; 3],
     // Second cache line: the owner's per-block state, and the remote stack
     // other threads push on (one line moves per remote free, as in mimalloc).
     /// Free blocks: malloc pops, the owner's free pushes (fast paths).
@@ -340,7 +345,8 @@ impl Page {
             next: ptr::null_mut(),
             prev: ptr::null_mut(),
             units: 0,
-            _line_pad: [0; 4],
+            sampled: false,
+            _line_pad: [0; 3],
             head: ptr::null_mut(),
             #[cfg(feature = "secure")]
             key: 0,

@@ -96,6 +96,10 @@ pub(crate) struct Sampler {
     /// `HEARTBEAT_ALLOCS` allocations whatever the mix (kept by every
     /// heap, profiling or not).
     inv_size_avg: u32,
+    /// `HEARTBEAT_ALLOCS` times the mean size `inv_size_avg` gives,
+    /// clamped: what the heartbeat is armed with when no sample is near
+    /// (worked out when the average moves, not on every slow path).
+    beat: u32,
 }
 
 impl Sampler {
@@ -106,6 +110,7 @@ impl Sampler {
         left: 0,
         rng: 0,
         inv_size_avg: (1 << 24) / (HEARTBEAT_BYTES / HEARTBEAT_ALLOCS),
+        beat: HEARTBEAT_BYTES,
     };
 }
 
@@ -151,14 +156,21 @@ unsafe fn samples(heap: *mut Heap) -> bool {
 const HEARTBEAT_MIN: i64 = 16 << 10;
 const HEARTBEAT_MAX: i64 = 1 << 30;
 
-/// Folds an allocation of `size` bytes, seen by a slow path of `heap`,
-/// into the heap's average size (the heartbeat's measure).
+/// Folds an allocation of `size` bytes that ran `heap`'s heartbeat out
+/// (a slow path the countdown sent: the heartbeat is below zero) into the
+/// heap's average size, the heartbeat's measure; slow paths an empty page
+/// sent are not size-weighted draws and are left out (and cost two
+/// instructions here, which matters to medium sizes, whose pages run
+/// empty every few blocks).
 ///
 /// # Safety
 /// `heap` must be the calling thread's heap (a static one is left alone).
 #[inline]
 pub(crate) unsafe fn note_size(heap: *mut Heap, size: usize) {
-    if is_static_heap(heap) {
+    // SAFETY: the caller's guarantee: the heap is valid. The static heaps'
+    // heartbeat never runs out (their pages have no blocks), so they
+    // return here too.
+    if unsafe { ((*heap).heartbeat as i32) >= 0 } {
         return;
     }
     // SAFETY: the caller's guarantee: the heap is the caller's own.
@@ -167,6 +179,8 @@ pub(crate) unsafe fn note_size(heap: *mut Heap, size: usize) {
         let inv = ((1usize << 24) / size.clamp(1, 1 << 24)) as i64;
         let avg = s.inv_size_avg as i64;
         s.inv_size_avg = (avg + (inv - avg) / 8).max(1) as u32;
+        let mean = (1i64 << 24) / s.inv_size_avg as i64;
+        s.beat = (mean * HEARTBEAT_ALLOCS as i64).clamp(HEARTBEAT_MIN, HEARTBEAT_MAX) as u32;
     }
 }
 
@@ -184,17 +198,26 @@ pub(crate) unsafe fn rearm(heap: *mut Heap) {
     if is_static_heap(heap) {
         return;
     }
+    // SAFETY: the caller's guarantee; not a static heap.
+    unsafe { rearm_own(heap) }
+}
+
+/// [`rearm`] of a heap known not to be a static one (refill's).
+///
+/// # Safety
+/// `heap` must be the calling thread's heap or one of its local heaps,
+/// not a static heap.
+#[inline]
+pub(crate) unsafe fn rearm_own(heap: *mut Heap) {
     // SAFETY: the caller's guarantee: the heap is the caller's own.
     unsafe {
         let s = &mut (*heap).sampler;
         // Due below zero: armed with `left - 1`, the allocation that
         // brings the count to `left` bytes or more runs it out.
-        let mean = (1i64 << 24) / s.inv_size_avg.max(1) as i64;
-        let beat = (mean * HEARTBEAT_ALLOCS as i64).clamp(HEARTBEAT_MIN, HEARTBEAT_MAX);
         let arm = if active() && s.seeded && (*heap).parent.is_null() {
-            (s.left - 1).clamp(0, beat) as u32
+            (s.left - 1).clamp(0, s.beat as i64) as u32
         } else {
-            beat as u32
+            s.beat
         };
         (*heap).heartbeat = arm;
         s.armed = arm;

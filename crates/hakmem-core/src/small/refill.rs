@@ -57,7 +57,7 @@ pub(crate) unsafe fn refill(heap: *mut Heap, class: usize) -> (*mut Heap, *mut P
         // through its heartbeat, and may be the only one left to run the
         // purges of threads that exited (their memory waits for it).
         let beat = ((*heap).heartbeat as i32) < 0;
-        crate::profile::rearm(heap);
+        crate::profile::rearm_own(heap);
         take_notifications(heap);
         (*heap).slow_ticks = (*heap).slow_ticks.wrapping_add(1);
         if beat || (*heap).slow_ticks % CLOCK_CHECK_INTERVAL == 0 {

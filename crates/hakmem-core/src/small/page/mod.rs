@@ -368,6 +368,9 @@ impl Page {
         self.class = class;
         self.in_use = true;
         self.zero_init = zero;
+        // Cleared by the free of the page's last sample already; a page
+        // being set up holds no block at all.
+        self.sampled = false;
         self.capacity = 0;
         self.set_carved(0);
         self.reserved = (bytes / block_size) as u32;

@@ -270,9 +270,7 @@ mod front {
             if !p.is_null() && (*heap).is_local() {
                 huge::attach_to_local(heap, segment_of(p));
             }
-            if crate::profile::active() {
-                crate::profile::rearm(heap);
-            }
+            crate::profile::lower(heap);
             if sample && !p.is_null() {
                 crate::profile::record(heap, p, size);
             }

@@ -6,7 +6,7 @@
 //! distribution. The countdown costs the fast paths nothing: they already
 //! subtract each allocation's size from the heap's heartbeat (small/alloc.rs),
 //! and while profiling is on the slow path arms the heartbeat with at most
-//! the bytes left to the next sample ([`rearm`]), so the allocation that
+//! the bytes left to the next sample ([`rearm_own`]), so the allocation that
 //! crosses it is the one that reaches the slow path. There [`take`] settles
 //! the bytes counted since the last look and says whether this allocation
 //! is a sample. Large and huge allocations, always on the slow path, are
@@ -74,7 +74,7 @@ static RATE: AtomicUsize = AtomicUsize::new(DEFAULT_RATE);
 /// A heap's countdown to its next sample.
 #[derive(Clone, Copy)]
 pub(crate) struct Sampler {
-    /// The value `rearm` (or the last `take`) left in the heap's
+    /// The value `rearm_own` (or the last `take` or `lower`) left in the heap's
     /// heartbeat: what the heartbeat has gone down since is what the fast
     /// paths handed out.
     armed: u32,
@@ -184,25 +184,38 @@ pub(crate) unsafe fn note_size(heap: *mut Heap, size: usize) {
     }
 }
 
-/// Arms `heap`'s heartbeat: `HEARTBEAT_ALLOCS` times its average
-/// allocation size, or the bytes left to the next sample when fewer and
-/// profiling is on. Called by the slow path once `take` has settled the
-/// count (and by every path that allocates without the fast paths'
-/// count).
+/// After a large or huge allocation (not counted by the fast paths) that
+/// [`take`] has settled: lowers `heap`'s heartbeat to the bytes left to
+/// its next sample when those are fewer, never raises it (so that these
+/// allocations do not put the heartbeat's duties off). Thread heaps only.
 ///
 /// # Safety
 /// `heap` must be the calling thread's heap or one of its local heaps
-/// (the static heaps are left alone).
+/// (the static heaps and local heaps are left alone).
 #[inline]
-pub(crate) unsafe fn rearm(heap: *mut Heap) {
-    if is_static_heap(heap) {
+pub(crate) unsafe fn lower(heap: *mut Heap) {
+    // SAFETY: the caller's guarantee.
+    if !active() || unsafe { !samples(heap) } {
         return;
     }
-    // SAFETY: the caller's guarantee; not a static heap.
-    unsafe { rearm_own(heap) }
+    // SAFETY: the caller's guarantee: a thread heap of the caller's.
+    unsafe {
+        let s = &mut (*heap).sampler;
+        if !s.seeded {
+            return;
+        }
+        let cap = (s.left - 1).max(0);
+        if ((*heap).heartbeat as i32) as i64 > cap {
+            (*heap).heartbeat = cap as u32;
+            s.armed = cap as u32;
+        }
+    }
 }
 
-/// [`rearm`] of a heap known not to be a static one (refill's).
+/// Arms `heap`'s heartbeat: `HEARTBEAT_ALLOCS` times its average
+/// allocation size, or the bytes left to the next sample when fewer and
+/// profiling is on. Called by the slow path's duties once `take` has
+/// settled the count.
 ///
 /// # Safety
 /// `heap` must be the calling thread's heap or one of its local heaps,
@@ -318,8 +331,10 @@ fn next_interval(_rng: &mut u64) -> i64 {
 pub(crate) unsafe fn alloc_sample(heap: *mut Heap, size: usize, zero: bool) -> *mut u8 {
     // SAFETY: the caller's guarantee: heap is this thread's thread heap.
     unsafe {
+        // The duties refill would have done (and the heartbeat re-armed):
+        // while profiling, most heartbeats end here.
+        crate::small::refill::duties(heap);
         let (p, zeroed) = crate::small::alloc::alloc_large_block(heap, size);
-        rearm(heap);
         if p.is_null() {
             return p;
         }
@@ -342,8 +357,11 @@ pub(crate) unsafe fn alloc_sample(heap: *mut Heap, size: usize, zero: bool) -> *
 #[link_section = "hakmem_text"]
 pub(crate) unsafe fn record(heap: *mut Heap, p: *mut u8, size: usize) {
     let mut frames = [0usize; unwind::MAX_DEPTH];
-    // SAFETY: the caller's guarantee: heap is ours; the busy flag keeps an
-    // allocation made by the unwinder from recording a sample in turn.
+    // SAFETY: the caller's guarantee: heap is ours (the busy flag keeps an
+    // allocation made by the unwinder from recording a sample in turn),
+    // and p is a live large or huge block just allocated, so segment_of(p)
+    // is its segment header and page_of(p) its page (a huge segment's
+    // own page entry).
     unsafe {
         (*heap).sampler.busy = true;
         let depth = unwind::capture(&mut frames);

@@ -28,7 +28,7 @@ use core::ptr;
 /// instructions as counting allocations — so that the heap profiler
 /// (profile/) can arm it with the bytes left to its next sample and cost
 /// the fast paths nothing; the slow path arms it with this many times the
-/// recent allocations' size (`profile::rearm`), so that it still comes
+/// recent allocations' size (`profile::rearm_own`), so that it still comes
 /// about every 1 024 allocations, well under one instruction each.
 pub(crate) const HEARTBEAT_ALLOCS: u32 = 1024;
 
@@ -295,7 +295,7 @@ pub(crate) unsafe fn alloc_large(heap: *mut Heap, size: usize) -> (*mut u8, bool
     unsafe {
         if crate::profile::active() {
             let sample = crate::profile::take(heap, size);
-            crate::profile::rearm(heap);
+            crate::profile::lower(heap);
             let (p, zeroed) = alloc_large_block(heap, size);
             if sample && !p.is_null() {
                 crate::profile::record(heap, p, size);

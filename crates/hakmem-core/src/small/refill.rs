@@ -56,18 +56,38 @@ pub(crate) unsafe fn refill(heap: *mut Heap, class: usize) -> (*mut Heap, *mut P
         // whose allocations all hit warm pages reaches the slow path only
         // through its heartbeat, and may be the only one left to run the
         // purges of threads that exited (their memory waits for it).
-        let beat = ((*heap).heartbeat as i32) < 0;
-        crate::profile::rearm_own(heap);
-        take_notifications(heap);
-        (*heap).slow_ticks = (*heap).slow_ticks.wrapping_add(1);
-        if beat || (*heap).slow_ticks % CLOCK_CHECK_INTERVAL == 0 {
-            periodic(heap);
-        }
+        duties(heap);
         let page = find_page(heap, class);
         if page.is_null() {
             os::set_errno(os::ENOMEM);
         }
         (heap, page)
+    }
+}
+
+/// The heap's duties on a slow path: notifications, and the clock (and
+/// what is due by it: purges, the sweep, the policy) when the heartbeat
+/// ran out or every `CLOCK_CHECK_INTERVAL` slow paths; then the heartbeat
+/// re-armed. Also run by a heap profiler's sample, which skips `refill`
+/// (while profiling, most heartbeats end in a sample).
+///
+/// # Safety
+/// `heap` must be the calling thread's heap, not a static one.
+pub(crate) unsafe fn duties(heap: *mut Heap) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        // The heartbeat ran out (about every `HEARTBEAT_ALLOCS` fast-path
+        // allocations), rather than a page: look at the clock now. A thread
+        // whose allocations all hit warm pages reaches the slow path only
+        // through its heartbeat, and may be the only one left to run the
+        // purges of threads that exited (their memory waits for it).
+        let beat = ((*heap).heartbeat as i32) < 0;
+        crate::profile::rearm_own(heap);
+        take_notifications(heap);
+        (*heap).slow_ticks = (*heap).slow_ticks.wrapping_add(1);
+        if beat || (*heap).slow_ticks.is_multiple_of(CLOCK_CHECK_INTERVAL) {
+            periodic(heap);
+        }
     }
 }
 

@@ -24,7 +24,10 @@
 //!   process runs the workload with the N-th call failing.
 //! * `one_call_in_a_hundred_fails`: a child runs the workload on three
 //!   threads at once, over and over, for 30 s (`STRESS_SECONDS`), with 1 %
-//!   of every kind of call failing (several seeds).
+//!   of every kind of call failing (several seeds), the heap profiler
+//!   sampling at its smallest rate and each thread writing a profile
+//!   every fourth round (samples that get no span or no table, dumps that
+//!   get no buffer).
 //!
 //! The binary keeps `System` as its global allocator: hakmem serves only
 //! what the workload asks of it, and the test's own bookkeeping never
@@ -388,15 +391,27 @@ fn fault_child() {
         }
         ["random", per_million, seed, seconds] => {
             let seconds: u64 = seconds.parse().unwrap();
+            // The heap profiler on at its smallest rate (the default build;
+            // `secure` never samples): its samples' spans, its tables'
+            // mapping and its dumps' buffers meet the failures too.
+            hakmem_core::profile::start(hakmem_core::profile::MIN_RATE);
+            let dump_dir = std::env::temp_dir().join(format!("hakmem-fault-{}", std::process::id()));
+            std::fs::create_dir_all(&dump_dir).unwrap();
             fault::fail_randomly(&CALLS, per_million.parse().unwrap(), seed.parse().unwrap());
             first_allocation().unwrap_or_else(|e| panic!("{plan}: {e}"));
             let deadline = Instant::now() + Duration::from_secs(seconds);
             let workers: Vec<_> = (0..3)
                 .map(|w| {
+                    let path = dump_dir.join(format!("heap-{w}.pb.gz"));
                     std::thread::spawn(move || -> Result<usize, String> {
                         let mut rounds = 0;
                         while Instant::now() < deadline {
                             workload(w * 1_000_000 + rounds)?;
+                            // A dump may fail (no memory for its buffers),
+                            // never crash or hang.
+                            if rounds % 4 == 0 {
+                                let _ = hakmem_core::profile::dump(path.to_str().unwrap().as_bytes());
+                            }
                             rounds += 1;
                         }
                         Ok(rounds)
@@ -412,7 +427,15 @@ fn fault_child() {
                 }
             }
             fault::stop();
-            println!("rounds={rounds} injected={}", fault::injected());
+            hakmem_core::profile::stop();
+            std::fs::remove_dir_all(&dump_dir).ok();
+            let profile = hakmem_core::profile::profile_stats();
+            println!(
+                "rounds={rounds} injected={} stacks={} dropped={}",
+                fault::injected(),
+                profile.stacks,
+                profile.dropped
+            );
             r
         }
         _ => panic!("bad FAULT_PLAN {plan}"),
@@ -500,10 +523,16 @@ fn one_call_in_a_hundred_fails() {
         .unwrap_or(30);
     let seeds = 3;
     let each = seconds.div_ceil(seeds).max(1);
-    let mut injected = 0;
+    let (mut injected, mut stacks) = (0, 0);
     for seed in 1..=seeds {
         let stdout = run_child(&format!("random:10000:{seed}:{each}"), Duration::from_secs(each + 120));
         injected += number(&stdout, "injected");
+        stacks += number(&stdout, "stacks");
     }
     assert!(injected > 0, "failures were injected");
+    assert_eq!(
+        stacks > 0,
+        !cfg!(feature = "secure"),
+        "the profiler sampled (but in the secure build)"
+    );
 }

@@ -117,6 +117,10 @@ impl Sampler {
 /// Whether sampling is on (one relaxed load; the slow paths' test).
 #[inline(always)]
 pub(crate) fn active() -> bool {
+    // Relaxed: a switch, publishing nothing. A thread that sees it late
+    // samples a little later; `RATE` is read on its own (below) and each
+    // sample keeps the rate it read, so a stale pairing of the two skews
+    // one interval's length, never a weight.
     !cfg!(feature = "secure") && !cfg!(hakmem_loom) && ACTIVE.load(Ordering::Relaxed)
 }
 
@@ -125,6 +129,8 @@ pub(crate) fn active() -> bool {
 /// next slow path (within about 1 024 allocations). The `secure` build
 /// never samples. Samples already live keep the rate they were taken at.
 pub fn start(rate: usize) {
+    // Relaxed, both: see `active`. The tables a sample writes are
+    // published by their own lock (table.rs), not by this switch.
     RATE.store(rate.clamp(MIN_RATE, MAX_RATE), Ordering::Relaxed);
     ACTIVE.store(true, Ordering::Relaxed);
 }
@@ -132,11 +138,13 @@ pub fn start(rate: usize) {
 /// Turns sampling off. Samples still live stay in the profile until their
 /// blocks are freed.
 pub fn stop() {
+    // Relaxed: see `active`.
     ACTIVE.store(false, Ordering::Relaxed);
 }
 
 /// The mean sampling interval in bytes.
 pub fn rate() -> usize {
+    // Relaxed: see `active`.
     RATE.load(Ordering::Relaxed)
 }
 

@@ -87,6 +87,7 @@ static DROPPED: AtomicUsize = AtomicUsize::new(0);
 pub(super) fn lock() {
     // Acquire: the tables' last writer released them.
     while LOCK.swap(true, Ordering::Acquire) {
+        // Relaxed: only a hint of when to try the swap again.
         while LOCK.load(Ordering::Relaxed) {
             os::yield_now();
         }
@@ -249,6 +250,7 @@ pub(super) fn insert(addr: usize, size: usize, frames: &[usize]) -> bool {
         true
     });
     if !ok {
+        // Relaxed: a statistics counter.
         DROPPED.fetch_add(1, Ordering::Relaxed);
     }
     ok
@@ -324,6 +326,7 @@ pub(super) fn stats() -> ProfileStats {
     with(|t| ProfileStats {
         live_samples: t.live_count,
         stacks: t.stack_count,
+        // Relaxed: a statistics counter.
         dropped: DROPPED.load(Ordering::Relaxed),
         mapped_bytes: if t.stacks.is_null() { 0 } else { MAPPED_BYTES },
     })

@@ -236,6 +236,8 @@ pub fn print_stats() {
             ("profile_stacks", p.stacks as u64),
             ("profile_dropped", p.dropped as u64),
             ("profile_kib", (p.mapped_bytes >> 10) as u64),
+            ("profile_walks", p.walks as u64),
+            ("profile_libgcc_walks", p.libgcc_walks as u64),
         ]);
     }
     if s.per_class {

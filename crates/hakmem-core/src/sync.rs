@@ -32,7 +32,7 @@ pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, Ato
 pub(crate) mod plain {
     #[cfg(feature = "secure")]
     pub(crate) use core::sync::atomic::AtomicU16;
-    pub(crate) use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
+    pub(crate) use core::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 }
 
 /// An entry of the segment map (never modelled by loom, see the module doc).

@@ -107,10 +107,23 @@ fn profiled(dir: &str, args: &[&str], env_value: &str) -> (PathBuf, support::Out
     let mut command = Command::new(program());
     command
         .args(args)
-        .env("HAKMEM_PROFILE", env_value.replace("DIR", &dir.display().to_string()));
+        .env("HAKMEM_PROFILE", env_value.replace("DIR", &dir.display().to_string()))
+        .env("HAKMEM_STATS", "1");
     let outcome = run(command, true, Duration::from_secs(120));
     outcome.assert_success(&format!("heap_profile {args:?}"));
     (dir, outcome)
+}
+
+/// The stacks the profiler captured and how many of them libgcc walked,
+/// from the statistics report at exit.
+fn walks(outcome: &support::Outcome) -> (u64, u64) {
+    let text = String::from_utf8_lossy(&outcome.stderr);
+    let field = |name: &str| {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in the statistics: {text}"))
+    };
+    (field("profile_walks"), field("profile_libgcc_walks"))
 }
 
 /// Sites holding 60 MB and 20 MB in blocks of 300 and 100 bytes, one
@@ -128,11 +141,18 @@ fn a_c_program_gets_its_sites_in_their_ratio() {
         return;
     };
     let dump_path = scratch_dir("profile-sites-api").join("dump.pb.gz");
-    let (dir, _) = profiled(
+    let (dir, outcome) = profiled(
         "profile-sites",
         &["sites", dump_path.to_str().unwrap()],
         "DIR/exit.%p.pb.gz,rate=64k",
     );
+    // Built at -O2 without frame pointers, every frame of the program has
+    // a rule the profiler's own walk follows (x86-64): libgcc's walk is
+    // never needed.
+    let (all, libgcc) = walks(&outcome);
+    assert!(all > 1000, "{all} stacks captured");
+    #[cfg(target_arch = "x86_64")]
+    assert_eq!(libgcc, 0, "stacks libgcc walked");
     let exit_profile = std::fs::read_dir(&dir)
         .expect("read dir")
         .map(|e| e.expect("entry").path())
@@ -176,7 +196,9 @@ fn blocks_freed_by_another_thread_leave_the_profile() {
         );
         return;
     };
-    let (dir, _) = profiled("profile-threads", &["threads"], "DIR/heap.pb.gz,rate=65536");
+    let (dir, outcome) = profiled("profile-threads", &["threads"], "DIR/heap.pb.gz,rate=65536");
+    #[cfg(target_arch = "x86_64")]
+    assert_eq!(walks(&outcome).1, 0, "threads' stacks walked by libgcc");
     let profile = dir.join("heap.pb.gz");
     let inuse = top(&go, &program(), &profile, "inuse_space");
     assert_estimate("keep_in_thread", value(&inuse, "keep_in_thread"), 4.0 * 10000.0 * 512.0);

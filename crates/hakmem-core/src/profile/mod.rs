@@ -40,6 +40,8 @@
 //! id) or [`start`]; written at any time by [`dump`] (C:
 //! `hakmem_profile_dump`).
 
+#[cfg(all(not(hakmem_loom), target_arch = "x86_64", target_env = "gnu"))]
+mod cfi;
 #[cfg(not(hakmem_loom))]
 mod math;
 #[cfg(not(hakmem_loom))]
@@ -445,9 +447,21 @@ pub struct ProfileStats {
     pub stacks: usize,
     /// Samples not recorded because a table was full.
     pub dropped: usize,
-    /// Bytes mapped for the tables (touched only as they fill).
+    /// Stacks captured (one per sample), and how many of them the
+    /// profiler's own walk gave to libgcc's (a frame whose rule it does
+    /// not follow, or a stack it cannot bound; see `cfi.rs`).
+    pub walks: usize,
+    pub libgcc_walks: usize,
+    /// Bytes held for the tables and the unwinder's rule cache (touched
+    /// only as they fill).
     pub mapped_bytes: usize,
 }
+
+/// The unwinder's rule cache (static: touched only while profiling).
+#[cfg(all(not(hakmem_loom), target_arch = "x86_64", target_env = "gnu"))]
+const UNWIND_CACHE_BYTES: usize = cfi::CACHE_BYTES;
+#[cfg(not(all(not(hakmem_loom), target_arch = "x86_64", target_env = "gnu")))]
+const UNWIND_CACHE_BYTES: usize = 0;
 
 /// The profile's counts (all zero before the first sample).
 pub fn profile_stats() -> ProfileStats {

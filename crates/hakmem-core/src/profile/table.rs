@@ -328,7 +328,15 @@ pub(super) fn stats() -> ProfileStats {
         stacks: t.stack_count,
         // Relaxed: a statistics counter.
         dropped: DROPPED.load(Ordering::Relaxed),
-        mapped_bytes: if t.stacks.is_null() { 0 } else { MAPPED_BYTES },
+        // Relaxed: statistics counters.
+        walks: super::unwind::WALKS.load(Ordering::Relaxed),
+        // Relaxed: as above.
+        libgcc_walks: super::unwind::LIBGCC_WALKS.load(Ordering::Relaxed),
+        mapped_bytes: if t.stacks.is_null() {
+            0
+        } else {
+            MAPPED_BYTES + super::UNWIND_CACHE_BYTES
+        },
     })
 }
 

@@ -12,7 +12,13 @@
 //! (the heap's `busy` flag keeps it from being sampled in turn), and a
 //! `fork` or `dlopen` in another thread waits for nothing of ours.
 
+use crate::sync::plain::AtomicUsize;
+use crate::sync::Ordering;
 use core::ffi::{c_int, c_void};
+
+/// Stacks captured, and how many of them libgcc walked (statistics).
+pub(super) static WALKS: AtomicUsize = AtomicUsize::new(0);
+pub(super) static LIBGCC_WALKS: AtomicUsize = AtomicUsize::new(0);
 
 /// Frames kept per sample (the allocator's own frames included: pprof
 /// drops them by name, see pprof.rs).
@@ -45,8 +51,7 @@ struct Trace<'a> {
 }
 
 extern "C" fn step(context: *mut UnwindContext, arg: *mut c_void) -> c_int {
-    // SAFETY: arg is the `Trace` `capture` passed, alive for the call;
-    // context is the unwinder's current frame.
+    // SAFETY: arg is libgcc_walk's `Trace`; context the current frame.
     unsafe {
         let trace = &mut *(arg as *mut Trace);
         let ip = _Unwind_GetIP(context);
@@ -86,15 +91,181 @@ fn in_allocator(ip: usize) -> bool {
 #[link_section = "hakmem_text"]
 pub(super) fn capture(frames: &mut [usize]) -> usize {
     let mut all = [0usize; MAX_DEPTH + 16];
-    let mut trace = Trace {
-        frames: &mut all,
-        len: 0,
+    // Relaxed: statistics counters.
+    WALKS.fetch_add(1, Ordering::Relaxed);
+    let len = match fast_walk(&mut all) {
+        Some(len) => len,
+        None => {
+            // Relaxed: as above.
+            LIBGCC_WALKS.fetch_add(1, Ordering::Relaxed);
+            libgcc_walk(&mut all)
+        }
     };
-    // SAFETY: step only writes within trace.frames; trace outlives the call.
-    unsafe { _Unwind_Backtrace(step, (&raw mut trace).cast()) };
-    let len = trace.len;
     let ours = all[..len].iter().take_while(|&&ip| in_allocator(ip)).count();
     let kept = (len - ours).min(frames.len());
     frames[..kept].copy_from_slice(&all[ours..ours + kept]);
     kept
+}
+
+/// The profiler's own walk with its cached rules (cfi.rs), where it
+/// follows every frame.
+#[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+#[inline(always)]
+fn fast_walk(frames: &mut [usize]) -> Option<usize> {
+    super::cfi::walk(frames)
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_env = "gnu")))]
+#[inline(always)]
+fn fast_walk(_frames: &mut [usize]) -> Option<usize> {
+    None
+}
+
+/// libgcc's walk: every rule DWARF has, at about 1 500 instructions a
+/// frame.
+#[inline(never)]
+#[link_section = "hakmem_text"]
+pub(super) fn libgcc_walk(frames: &mut [usize]) -> usize {
+    let mut trace = Trace { frames, len: 0 };
+    // SAFETY: step only writes within trace.frames; trace outlives the call.
+    unsafe { _Unwind_Backtrace(step, (&raw mut trace).cast()) };
+    trace.len
+}
+
+#[cfg(all(test, target_arch = "x86_64", target_env = "gnu"))]
+mod tests {
+    extern crate std;
+    use super::*;
+
+    /// Both walks from the same function: their frames from its caller
+    /// outward (each walk's own frame and its return into `both` differ).
+    #[inline(never)]
+    fn both() -> ([usize; 80], usize, [usize; 80], usize) {
+        let mut fast = [0usize; 80];
+        let mut slow = [0usize; 80];
+        let n = super::super::cfi::walk(&mut fast).expect("the walk follows a test's stack");
+        let m = libgcc_walk(&mut slow);
+        core::hint::black_box((fast, n, slow, m))
+    }
+
+    #[inline(never)]
+    fn nested(depth: u32) -> ([usize; 80], usize, [usize; 80], usize) {
+        if depth == 0 {
+            return both();
+        }
+        let r = nested(core::hint::black_box(depth - 1));
+        core::hint::black_box(r)
+    }
+
+    #[test]
+    fn the_cached_walk_agrees_with_libgcc() {
+        for round in 0..3 {
+            let (fast, n, slow, m) = nested(5);
+            assert!(n > 8 && m > 8, "stacks of {n} and {m} frames");
+            assert_eq!(
+                &fast[2..n],
+                &slow[2..m],
+                "round {round}: frames differ from the caller of `both` outward"
+            );
+        }
+        // From another thread (its stack bounded by its descriptor).
+        std::thread::spawn(|| {
+            let (fast, n, slow, m) = nested(3);
+            assert!(n > 6, "{n} frames");
+            assert_eq!(&fast[2..n], &slow[2..m]);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[inline(never)]
+    fn walked() -> ([usize; 80], usize) {
+        let mut frames = [0usize; 80];
+        let n = super::super::cfi::walk(&mut frames).expect("the walk follows a test's stack");
+        core::hint::black_box((frames, n))
+    }
+
+    #[inline(never)]
+    fn poisoned_caller() -> ([usize; 80], usize) {
+        let r = walked();
+        core::hint::black_box(r)
+    }
+
+    #[test]
+    fn a_wrong_rule_never_reads_off_the_stack() {
+        use super::super::cfi::{poison, Rule};
+        let (frames, n) = poisoned_caller();
+        assert!(n > 4, "{n} frames");
+        // frames[1] returns into `walked`, whose rule finds its caller:
+        // give it rules that put the caller's frame far above the stack's
+        // top, below the stack pointer, and its saved rbp off the stack.
+        // The walk keeps the two frames it had and stops.
+        let ra = frames[1];
+        for (rule, kept) in [
+            (
+                Rule::Frame {
+                    from_rbp: false,
+                    cfa_off: 1 << 30,
+                    ra_off: -8,
+                    rbp_off: None,
+                },
+                2,
+            ),
+            (
+                Rule::Frame {
+                    from_rbp: false,
+                    cfa_off: -64,
+                    ra_off: -8,
+                    rbp_off: None,
+                },
+                2,
+            ),
+            (
+                Rule::Frame {
+                    from_rbp: false,
+                    cfa_off: 16,
+                    ra_off: -8,
+                    rbp_off: Some(i16::MAX),
+                },
+                2,
+            ),
+        ] {
+            let restore = poison(ra - 1, rule);
+            let (_, m) = poisoned_caller();
+            restore();
+            assert_eq!(m, kept, "{rule:?}");
+        }
+        let (again, m) = poisoned_caller();
+        // (frames[3] is the return into this test: another call site.)
+        assert_eq!(&again[1..3], &frames[1..3]);
+        assert_eq!(&again[4..m], &frames[4..n], "the real rule back");
+    }
+
+    static IN_HANDLER: std::sync::Mutex<Option<(Option<usize>, usize)>> = std::sync::Mutex::new(None);
+
+    extern "C" fn on_signal(_: c_int) {
+        let mut fast = [0usize; 80];
+        let mut slow = [0usize; 80];
+        let walked = super::super::cfi::walk(&mut fast);
+        let m = libgcc_walk(&mut slow);
+        *IN_HANDLER.lock().unwrap() = Some((walked, m));
+    }
+
+    /// A signal frame (`__restore_rt`: the kernel's frame, a rule of
+    /// expressions) is one the walk gives to libgcc, which goes on through
+    /// it to the interrupted code.
+    #[test]
+    fn a_signal_frame_is_left_to_libgcc() {
+        // SIGURG is ignored by default, and no other test uses it.
+        // SAFETY: installs a handler for SIGURG, then raises it here.
+        unsafe {
+            let mut action: libc::sigaction = core::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as usize;
+            assert_eq!(libc::sigaction(libc::SIGURG, &action, core::ptr::null_mut()), 0);
+            assert_eq!(libc::raise(libc::SIGURG), 0);
+        }
+        let (walked, m) = IN_HANDLER.lock().unwrap().take().expect("the handler ran");
+        assert_eq!(walked, None, "the walk gives way at the signal frame");
+        assert!(m > 6, "libgcc goes through it: {m} frames");
+    }
 }

@@ -1,0 +1,931 @@
+//! The profiler's own stack walk on x86-64: the DWARF call-frame
+//! information (`.eh_frame`) every object carries, read once per return
+//! address and kept as a rule in a small cache, so that a sample's walk
+//! costs a few loads per frame instead of libgcc's re-reading of the unwind
+//! tables at every frame (about 1 500 instructions a frame, 90 % of a
+//! sample's cost before this walk).
+//!
+//! **The rule** of a frame is what the walk needs to go to its caller:
+//! the canonical frame address (CFA) as `rsp` or `rbp` plus an offset, the
+//! return address's slot relative to the CFA, and `rbp`'s slot when the
+//! frame saved it. That covers every frame compilers emit at call sites
+//! (with or without frame pointers). Anything else — a CFA given by an
+//! expression or another register (a stack realigned through `r10`), a
+//! signal frame, an augmentation this reader does not know — is
+//! [`Rule::Other`], and [`walk`] gives way to libgcc for the whole stack
+//! (unwind.rs), which follows every rule. A return address no unwind table
+//! covers ends the stack, as it ends libgcc's walk.
+//!
+//! **Finding the table.** A cache miss finds the object holding the
+//! address with `dl_iterate_phdr` (the loader's lock, recursive, held for
+//! the iteration only; no allocation), its `.eh_frame_hdr` (`PT_GNU_EH_FRAME`)
+//! and the function's FDE by binary search in the header's sorted table,
+//! then runs the CIE's and the FDE's instructions up to the address.
+//!
+//! **The cache** ([`SLOTS`] slots, one per hashed address, 16 bytes each) is
+//! lock-free: a slot's key is the address with a 16-bit sequence above it,
+//! and a writer marks the key busy while it writes the rule, so a reader
+//! that reads the key, the rule and the key again with the same value read
+//! the rule written for that key (a seqlock). A writer that finds the slot
+//! busy does not cache. A slot left busy by a `fork` in the middle of a
+//! write stays a miss in the child. Rules are not dropped when an object is
+//! unloaded: a rule left for an address `dlclose` took away could only be
+//! applied if a new object's return address landed on exactly the same
+//! byte, and then [`walk`]'s bounds keep its reads on the thread's stack.
+//!
+//! **The walk's reads** stay between the stack pointer and the top of the
+//! thread's stack: glibc places a thread's descriptor (`pthread_self()`)
+//! at the top of the stack it runs on, and the main thread's stack ends at
+//! `__libc_stack_end`. Each read must lie above the previous frame's stack
+//! pointer and below that top, so even a wrong rule cannot read outside
+//! the mapped stack; where neither bound holds (code running on a stack of
+//! its own making), the walk gives way to libgcc.
+
+use crate::sync::plain::{fence, AtomicU64};
+use crate::sync::Ordering;
+use core::ffi::{c_int, c_void};
+
+/// DWARF's numbers for x86-64's registers (the psABI's table).
+const RBP: u64 = 6;
+const RSP: u64 = 7;
+const RA: u64 = 16;
+
+/// What a return address's frame tells the walk.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Rule {
+    /// The caller's frame: CFA = (`rbp` if `from_rbp`, else `rsp`) +
+    /// `cfa_off`; the return address at CFA + `ra_off`; the caller's `rbp`
+    /// at CFA + `rbp_off` when the frame saved it, else unchanged.
+    Frame {
+        from_rbp: bool,
+        cfa_off: i32,
+        ra_off: i8,
+        rbp_off: Option<i16>,
+    },
+    /// The outermost frame (its return address undefined: `_start`, a
+    /// thread's `clone`), or an address no unwind table covers.
+    End,
+    /// A rule this walk does not follow.
+    Other,
+}
+
+impl Rule {
+    /// The rule in one word (never 0, the empty slot's).
+    fn pack(self) -> u64 {
+        match self {
+            Rule::Frame {
+                from_rbp,
+                cfa_off,
+                ra_off,
+                rbp_off,
+            } => {
+                1 | (from_rbp as u64) << 2
+                    | (rbp_off.is_some() as u64) << 3
+                    | (ra_off as u8 as u64) << 8
+                    | (rbp_off.unwrap_or(0) as u16 as u64) << 16
+                    | (cfa_off as u32 as u64) << 32
+            }
+            Rule::End => 2,
+            Rule::Other => 3,
+        }
+    }
+
+    fn unpack(word: u64) -> Rule {
+        match word & 3 {
+            1 => Rule::Frame {
+                from_rbp: word & 4 != 0,
+                cfa_off: (word >> 32) as u32 as i32,
+                ra_off: (word >> 8) as u8 as i8,
+                rbp_off: (word & 8 != 0).then_some((word >> 16) as u16 as i16),
+            },
+            2 => Rule::End,
+            _ => Rule::Other,
+        }
+    }
+}
+
+/// Cached rules (a power of two): more distinct return addresses than the
+/// profiled program's sampled stacks hold only cost misses.
+pub(super) const SLOTS: usize = 1 << 12;
+/// The cache's memory (static, touched as it fills).
+pub(super) const CACHE_BYTES: usize = SLOTS * core::mem::size_of::<Slot>();
+
+/// A key's busy mark: user-space addresses lie below 2^47 (an address
+/// above, possible with five-level page tables, is never cached).
+const BUSY: u64 = 1 << 47;
+/// A key's address bits.
+const ADDR: u64 = BUSY - 1;
+/// Where a key's sequence number starts.
+const SEQ_SHIFT: u32 = 48;
+
+pub(super) struct Slot {
+    /// The address (0: empty), `BUSY` while written, the sequence above.
+    key: AtomicU64,
+    /// The packed rule.
+    rule: AtomicU64,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: Slot = Slot {
+    key: AtomicU64::new(0),
+    rule: AtomicU64::new(0),
+};
+static CACHE: [Slot; SLOTS] = [EMPTY; SLOTS];
+
+fn slot_of(addr: u64) -> &'static Slot {
+    let hash = addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLOTS.trailing_zeros());
+    &CACHE[hash as usize]
+}
+
+/// The cached rule for `addr`, if any.
+fn cached(addr: u64) -> Option<Rule> {
+    if addr == 0 || addr & !ADDR != 0 {
+        return None;
+    }
+    let slot = slot_of(addr);
+    // Acquire: pairs with the writer's final Release store of this key, so
+    // the rule read below is at least the one written with it.
+    let key = slot.key.load(Ordering::Acquire);
+    if key & (ADDR | BUSY) != addr {
+        return None;
+    }
+    // Relaxed: validated by the second look at the key below.
+    let rule = slot.rule.load(Ordering::Relaxed);
+    // Acquire fence: if the rule read was written by a later writer, that
+    // writer's busy mark (made before its Release fence) is visible to the
+    // key's second look, which then differs.
+    fence(Ordering::Acquire);
+    // Relaxed: ordered after the rule's read by the fence above.
+    (slot.key.load(Ordering::Relaxed) == key).then(|| Rule::unpack(rule))
+}
+
+/// Caches `rule` for `addr`, unless another thread is writing the slot.
+fn remember(addr: u64, rule: Rule) {
+    if addr == 0 || addr & !ADDR != 0 {
+        return;
+    }
+    let slot = slot_of(addr);
+    // Relaxed: the compare-exchange below decides.
+    let old = slot.key.load(Ordering::Relaxed);
+    if old & BUSY != 0 {
+        return;
+    }
+    // Relaxed: the mark orders nothing by itself; the fence below orders
+    // it before the rule's store.
+    if slot
+        .key
+        .compare_exchange(old, old | BUSY, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    // Release fence: a reader that reads the rule stored below sees the
+    // busy mark at its second look at the key (see `cached`).
+    fence(Ordering::Release);
+    // Relaxed: published by the key's Release store below.
+    slot.rule.store(rule.pack(), Ordering::Relaxed);
+    let seq = (old >> SEQ_SHIFT).wrapping_add(1) & 0xffff;
+    // Release: publishes the rule with its key.
+    slot.key.store(addr | seq << SEQ_SHIFT, Ordering::Release);
+}
+
+/// The rule for address `addr` (a return address minus one, or the first
+/// frame's own address), from the cache or the unwind tables.
+fn rule_for(addr: usize) -> Rule {
+    if let Some(rule) = cached(addr as u64) {
+        return rule;
+    }
+    let rule = match eh_frame_hdr_of(addr) {
+        // hdr is the unwind header of the object holding addr, a frame of
+        // this thread's stack, so the object cannot be unloaded meanwhile.
+        // SAFETY: hdr is a loaded object's PT_GNU_EH_FRAME, holding addr.
+        Some(hdr) => unsafe { rule_from_hdr(hdr, addr) },
+        None => Rule::End,
+    };
+    remember(addr as u64, rule);
+    rule
+}
+
+struct Find {
+    addr: usize,
+    /// The object's `.eh_frame_hdr` (0: none).
+    hdr: usize,
+    found: bool,
+}
+
+unsafe extern "C" fn find_object(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+    // SAFETY: data is eh_frame_hdr_of's `Find`; info is the loader's.
+    unsafe {
+        let find = &mut *(data as *mut Find);
+        let info = &*info;
+        if info.dlpi_phdr.is_null() {
+            return 0;
+        }
+        let base = info.dlpi_addr as usize;
+        let phdrs = core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+        let mut inside = false;
+        let mut hdr = 0;
+        for ph in phdrs {
+            let start = base.wrapping_add(ph.p_vaddr as usize);
+            if ph.p_type == libc::PT_LOAD && find.addr.wrapping_sub(start) < ph.p_memsz as usize {
+                inside = true;
+            }
+            if ph.p_type == libc::PT_GNU_EH_FRAME {
+                hdr = start;
+            }
+        }
+        if inside {
+            find.hdr = hdr;
+            find.found = true;
+            1
+        } else {
+            0
+        }
+    }
+}
+
+/// The `.eh_frame_hdr` of the loaded object holding `addr`.
+fn eh_frame_hdr_of(addr: usize) -> Option<usize> {
+    let mut find = Find {
+        addr,
+        hdr: 0,
+        found: false,
+    };
+    // SAFETY: find_object only touches `find`, alive for the call.
+    unsafe { libc::dl_iterate_phdr(Some(find_object), (&raw mut find).cast()) };
+    (find.found && find.hdr != 0).then_some(find.hdr)
+}
+
+/// A cursor over unwind-table bytes, bounded by `end`: made by the unsafe
+/// [`Reader::new`], whose caller vouches that the bytes can be read.
+#[derive(Clone)]
+struct Reader {
+    at: usize,
+    end: usize,
+}
+
+impl Reader {
+    /// # Safety
+    /// The bytes `at..end` must be readable while the reader is used.
+    unsafe fn new(at: usize, end: usize) -> Reader {
+        Reader { at, end }
+    }
+
+    /// # Safety
+    /// As [`Reader::new`], for the bytes up to the new `end`.
+    unsafe fn set_end(&mut self, end: usize) {
+        self.end = end;
+    }
+
+    fn bytes(&mut self, n: usize) -> Option<usize> {
+        let at = self.at;
+        if n > self.end.wrapping_sub(at) {
+            return None;
+        }
+        self.at = at + n;
+        Some(at)
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        // SAFETY: `bytes` checked the byte lies in the table, before `end`.
+        self.bytes(1).map(|at| unsafe { *(at as *const u8) })
+    }
+
+    fn fixed<T: Copy>(&mut self) -> Option<T> {
+        let at = self.bytes(core::mem::size_of::<T>())?;
+        // SAFETY: as in `u8`: within the table; unaligned by nature.
+        Some(unsafe { core::ptr::read_unaligned(at as *const T) })
+    }
+
+    fn uleb(&mut self) -> Option<u64> {
+        let mut value = 0u64;
+        let mut shift = 0;
+        loop {
+            let byte = self.u8()?;
+            if shift < 64 {
+                value |= u64::from(byte & 0x7f) << shift;
+            }
+            shift += 7;
+            if byte & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+    }
+
+    fn sleb(&mut self) -> Option<i64> {
+        let mut value = 0i64;
+        let mut shift = 0;
+        loop {
+            let byte = self.u8()?;
+            if shift < 64 {
+                value |= i64::from(byte & 0x7f) << shift;
+            }
+            shift += 7;
+            if byte & 0x80 == 0 {
+                if shift < 64 && byte & 0x40 != 0 {
+                    value |= -1i64 << shift;
+                }
+                return Some(value);
+            }
+        }
+    }
+
+    /// A pointer in DWARF's `DW_EH_PE_*` encoding `enc`; `data` is the
+    /// base of `datarel`. Indirect pointers are read as their slot's
+    /// address (only the personality's is, and only to be skipped).
+    fn encoded(&mut self, enc: u8, data: usize) -> Option<usize> {
+        if enc == 0xff {
+            return None;
+        }
+        let start = self.at;
+        let value = match enc & 0x0f {
+            0x00 | 0x04 => self.fixed::<u64>()? as usize,
+            0x01 => self.uleb()? as usize,
+            0x02 => usize::from(self.fixed::<u16>()?),
+            0x03 => self.fixed::<u32>()? as usize,
+            0x09 => self.sleb()? as usize,
+            0x0a => self.fixed::<i16>()? as isize as usize,
+            0x0b => self.fixed::<i32>()? as isize as usize,
+            0x0c => self.fixed::<i64>()? as usize,
+            _ => return None,
+        };
+        match enc & 0x70 {
+            0x00 => Some(value),
+            0x10 => Some(start.wrapping_add(value)),
+            0x30 if data != 0 => Some(data.wrapping_add(value)),
+            _ => None,
+        }
+    }
+}
+
+/// The rule for `addr` from its object's `.eh_frame_hdr` at `hdr`.
+///
+/// # Safety
+/// `hdr` must be the `PT_GNU_EH_FRAME` segment of a loaded object that
+/// holds `addr` and stays loaded for the call.
+unsafe fn rule_from_hdr(hdr: usize, addr: usize) -> Rule {
+    // SAFETY: the caller's guarantee: a loaded object's unwind tables.
+    unsafe { find_fde(hdr, addr) }.unwrap_or(Rule::Other)
+}
+
+/// The header's version, the table's encoding (`datarel | sdata4`: what
+/// every linker writes) and the FDE for `addr`, run to `addr`.
+///
+/// # Safety
+/// As [`rule_from_hdr`].
+unsafe fn find_fde(hdr: usize, addr: usize) -> Option<Rule> {
+    // The header's own fields are read within a small window; the table's
+    // length comes from its count.
+    // SAFETY: the caller's guarantee: the header (a few words) is mapped.
+    let mut r = unsafe { Reader::new(hdr, hdr + 64) };
+    if r.u8()? != 1 {
+        return None;
+    }
+    let frame_ptr_enc = r.u8()?;
+    let count_enc = r.u8()?;
+    let table_enc = r.u8()?;
+    r.encoded(frame_ptr_enc, hdr)?;
+    let count = r.encoded(count_enc, hdr)?;
+    if table_enc != 0x3b || count == 0 || count > (1 << 28) {
+        return None;
+    }
+    let table = r.at;
+    // Entry i (< count): the function's start and its FDE, 4 bytes each,
+    // relative to the header.
+    // SAFETY: entry i < count lies in the header's table.
+    let entry = |i: usize| unsafe {
+        let e = (table + i * 8) as *const i32;
+        (
+            hdr.wrapping_add(core::ptr::read_unaligned(e) as isize as usize),
+            hdr.wrapping_add(core::ptr::read_unaligned(e.add(1)) as isize as usize),
+        )
+    };
+    // The last entry whose start is at or below addr.
+    let (mut lo, mut hi) = (0usize, count);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if entry(mid).0 <= addr {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let (start, fde) = entry(lo);
+    if start > addr {
+        return Some(Rule::End);
+    }
+    // SAFETY: the caller's guarantee: fde is an FDE of the object's table.
+    unsafe { run_fde(fde, addr) }
+}
+
+/// A CIE's fields the FDE's instructions need.
+struct Cie {
+    code_align: u64,
+    data_align: i64,
+    fde_enc: u8,
+    augmented: bool,
+    insns: Reader,
+}
+
+/// A register's rule, for the two registers the walk follows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reg {
+    Same,
+    At(i64),
+    Undefined,
+    Other,
+}
+
+#[derive(Clone, Copy)]
+struct State {
+    cfa_reg: u64,
+    cfa_off: i64,
+    cfa_expr: bool,
+    rbp: Reg,
+    ra: Reg,
+}
+
+impl State {
+    fn set(&mut self, reg: u64, rule: Reg) {
+        match reg {
+            RBP => self.rbp = rule,
+            RA => self.ra = rule,
+            _ => {}
+        }
+    }
+
+    fn get(&self, reg: u64) -> Reg {
+        match reg {
+            RBP => self.rbp,
+            RA => self.ra,
+            _ => Reg::Same,
+        }
+    }
+}
+
+/// Reads the CIE at `at`.
+///
+/// # Safety
+/// `at` must be a CIE of a loaded object's `.eh_frame`.
+unsafe fn read_cie(at: usize) -> Option<Cie> {
+    // SAFETY: the caller's guarantee: a CIE starts with its length and id.
+    let mut r = unsafe { Reader::new(at, at + 8) };
+    let len = r.fixed::<u32>()?;
+    if len == 0 || len == u32::MAX || len > (1 << 20) {
+        return None;
+    }
+    // SAFETY: the CIE's length counts the bytes after it.
+    unsafe { r.set_end(at + 4 + len as usize) };
+    if r.fixed::<u32>()? != 0 {
+        return None;
+    }
+    let version = r.u8()?;
+    if version != 1 && version != 3 {
+        return None;
+    }
+    // The augmentation string: 'z' first, then the letters we know.
+    let mut letters = [0u8; 8];
+    let mut n = 0;
+    loop {
+        let c = r.u8()?;
+        if c == 0 {
+            break;
+        }
+        if n == letters.len() {
+            return None;
+        }
+        letters[n] = c;
+        n += 1;
+    }
+    let code_align = r.uleb()?;
+    let data_align = r.sleb()?;
+    let ra = if version == 1 { u64::from(r.u8()?) } else { r.uleb()? };
+    if ra != RA {
+        return None;
+    }
+    let mut fde_enc = 0u8;
+    let augmented = n > 0 && letters[0] == b'z';
+    if n > 0 {
+        if !augmented {
+            return None;
+        }
+        let len = r.uleb()? as usize;
+        let data_start = r.at;
+        for &c in &letters[1..n] {
+            match c {
+                b'R' => fde_enc = r.u8()?,
+                b'L' => {
+                    r.u8()?;
+                }
+                b'P' => {
+                    let enc = r.u8()?;
+                    r.encoded(enc & 0x7f, 0)?;
+                }
+                // 'S' (a signal frame) and anything unknown: libgcc's.
+                _ => return None,
+            }
+        }
+        r.at = data_start;
+        r.bytes(len)?;
+    }
+    Some(Cie {
+        code_align,
+        data_align,
+        fde_enc,
+        augmented,
+        insns: r,
+    })
+}
+
+/// Runs the FDE at `fde` to `addr` and turns the state there into a rule.
+///
+/// # Safety
+/// `fde` must be an FDE of a loaded object's `.eh_frame`.
+unsafe fn run_fde(fde: usize, addr: usize) -> Option<Rule> {
+    // SAFETY: the caller's guarantee: an FDE starts with its length and CIE.
+    let mut r = unsafe { Reader::new(fde, fde + 8) };
+    let len = r.fixed::<u32>()?;
+    if len == 0 || len == u32::MAX || len > (1 << 24) {
+        return None;
+    }
+    // SAFETY: the FDE's length counts the bytes after it.
+    unsafe { r.set_end(fde + 4 + len as usize) };
+    let cie_field = r.at;
+    let cie_off = r.fixed::<u32>()? as usize;
+    if cie_off == 0 || cie_off > cie_field {
+        return None;
+    }
+    // SAFETY: the FDE's CIE pointer names a CIE of the same table.
+    let cie = unsafe { read_cie(cie_field - cie_off)? };
+    let begin = r.encoded(cie.fde_enc, 0)?;
+    let range = r.encoded(cie.fde_enc & 0x0f, 0)?;
+    if addr.wrapping_sub(begin) >= range {
+        return Some(Rule::End);
+    }
+    if cie.augmented {
+        let len = r.uleb()? as usize;
+        r.bytes(len)?;
+    }
+    let mut state = State {
+        cfa_reg: RSP,
+        cfa_off: 8,
+        cfa_expr: false,
+        rbp: Reg::Same,
+        ra: Reg::Same,
+    };
+    let mut cie_insns = cie.insns.clone();
+    let initial = state;
+    let mut loc = begin;
+    execute(&mut cie_insns, &cie, &initial, &mut state, &mut loc, usize::MAX)?;
+    let initial = state;
+    execute(&mut r, &cie, &initial, &mut state, &mut loc, addr)?;
+    if state.cfa_expr || (state.cfa_reg != RSP && state.cfa_reg != RBP) {
+        return Some(Rule::Other);
+    }
+    let ra_off = match state.ra {
+        Reg::Undefined => return Some(Rule::End),
+        Reg::At(off) => match i8::try_from(off) {
+            Ok(off) => off,
+            Err(_) => return Some(Rule::Other),
+        },
+        _ => return Some(Rule::Other),
+    };
+    let rbp_off = match state.rbp {
+        Reg::Same | Reg::Undefined => None,
+        Reg::At(off) => match i16::try_from(off) {
+            Ok(off) => Some(off),
+            Err(_) => return Some(Rule::Other),
+        },
+        Reg::Other => return Some(Rule::Other),
+    };
+    let Ok(cfa_off) = i32::try_from(state.cfa_off) else {
+        return Some(Rule::Other);
+    };
+    Some(Rule::Frame {
+        from_rbp: state.cfa_reg == RBP,
+        cfa_off,
+        ra_off,
+        rbp_off,
+    })
+}
+
+/// How deep `DW_CFA_remember_state` may nest.
+const REMEMBERED: usize = 8;
+
+/// Runs call-frame instructions until the location passes `addr` or the
+/// instructions end. `None`: an instruction this reader does not know.
+fn execute(r: &mut Reader, cie: &Cie, initial: &State, state: &mut State, loc: &mut usize, addr: usize) -> Option<()> {
+    let mut saved = [*state; REMEMBERED];
+    let mut depth = 0;
+    let align = |n: u64| (n as usize).wrapping_mul(cie.code_align as usize);
+    let data = |n: i64| n.wrapping_mul(cie.data_align);
+    while r.at < r.end {
+        let op = r.u8()?;
+        let advance = match op & 0xc0 {
+            0x40 => align(u64::from(op & 0x3f)),
+            0x80 => {
+                let off = r.uleb()? as i64;
+                state.set(u64::from(op & 0x3f), Reg::At(data(off)));
+                0
+            }
+            0xc0 => {
+                let reg = u64::from(op & 0x3f);
+                state.set(reg, initial.get(reg));
+                0
+            }
+            _ => match op {
+                0x00 => 0,
+                0x01 => {
+                    *loc = r.encoded(cie.fde_enc, 0)?;
+                    if *loc > addr {
+                        return Some(());
+                    }
+                    0
+                }
+                0x02 => align(u64::from(r.u8()?)),
+                0x03 => align(u64::from(r.fixed::<u16>()?)),
+                0x04 => align(u64::from(r.fixed::<u32>()?)),
+                0x05 => {
+                    let reg = r.uleb()?;
+                    let off = r.uleb()? as i64;
+                    state.set(reg, Reg::At(data(off)));
+                    0
+                }
+                0x06 => {
+                    let reg = r.uleb()?;
+                    state.set(reg, initial.get(reg));
+                    0
+                }
+                0x07 => {
+                    state.set(r.uleb()?, Reg::Undefined);
+                    0
+                }
+                0x08 => {
+                    state.set(r.uleb()?, Reg::Same);
+                    0
+                }
+                0x09 => {
+                    let reg = r.uleb()?;
+                    r.uleb()?;
+                    state.set(reg, Reg::Other);
+                    0
+                }
+                0x0a => {
+                    if depth == REMEMBERED {
+                        return None;
+                    }
+                    saved[depth] = *state;
+                    depth += 1;
+                    0
+                }
+                0x0b => {
+                    if depth == 0 {
+                        return None;
+                    }
+                    depth -= 1;
+                    *state = saved[depth];
+                    0
+                }
+                0x0c => {
+                    state.cfa_reg = r.uleb()?;
+                    state.cfa_off = r.uleb()? as i64;
+                    state.cfa_expr = false;
+                    0
+                }
+                0x0d => {
+                    state.cfa_reg = r.uleb()?;
+                    state.cfa_expr = false;
+                    0
+                }
+                0x0e => {
+                    state.cfa_off = r.uleb()? as i64;
+                    0
+                }
+                0x0f => {
+                    let len = r.uleb()? as usize;
+                    r.bytes(len)?;
+                    state.cfa_expr = true;
+                    0
+                }
+                0x10 | 0x16 => {
+                    let reg = r.uleb()?;
+                    let len = r.uleb()? as usize;
+                    r.bytes(len)?;
+                    state.set(reg, Reg::Other);
+                    0
+                }
+                0x11 => {
+                    let reg = r.uleb()?;
+                    let off = r.sleb()?;
+                    state.set(reg, Reg::At(data(off)));
+                    0
+                }
+                0x12 => {
+                    state.cfa_reg = r.uleb()?;
+                    state.cfa_off = data(r.sleb()?);
+                    state.cfa_expr = false;
+                    0
+                }
+                0x13 => {
+                    state.cfa_off = data(r.sleb()?);
+                    0
+                }
+                0x14 => {
+                    let reg = r.uleb()?;
+                    r.uleb()?;
+                    state.set(reg, Reg::Other);
+                    0
+                }
+                0x15 => {
+                    let reg = r.uleb()?;
+                    r.sleb()?;
+                    state.set(reg, Reg::Other);
+                    0
+                }
+                // DW_CFA_GNU_args_size: only for landing pads.
+                0x2e => {
+                    r.uleb()?;
+                    0
+                }
+                // DW_CFA_GNU_negative_offset_extended.
+                0x2f => {
+                    let reg = r.uleb()?;
+                    let off = r.uleb()? as i64;
+                    state.set(reg, Reg::At(data(off.wrapping_neg())));
+                    0
+                }
+                _ => return None,
+            },
+        };
+        if advance != 0 {
+            *loc = loc.wrapping_add(advance);
+            if *loc > addr {
+                return Some(());
+            }
+        }
+    }
+    Some(())
+}
+
+extern "C" {
+    /// The top of the main thread's stack (its arguments and environment
+    /// lie above), set by the loader.
+    static __libc_stack_end: *mut c_void;
+}
+
+/// The highest address the walk may read below, for stack pointer `sp`.
+fn stack_top(sp: usize) -> Option<usize> {
+    // SAFETY: pthread_self has no preconditions.
+    let descriptor = unsafe { libc::pthread_self() } as usize;
+    // A thread glibc started: its descriptor sits at the top of its stack
+    // (allocated or given by pthread_attr_setstack), above the static TLS.
+    if sp < descriptor && descriptor - sp < 1 << 30 {
+        return Some(descriptor);
+    }
+    // SAFETY: a word the loader set before any code of ours ran.
+    let end = unsafe { __libc_stack_end } as usize;
+    (sp < end).then_some(end)
+}
+
+/// Fills `frames` with the calling stack's addresses, innermost first: the
+/// walk's own, then each frame's return address. `None` where the walk
+/// met a rule it does not follow or a stack it cannot bound (the caller
+/// then asks libgcc).
+#[inline(never)]
+#[link_section = "hakmem_text"]
+pub(super) fn walk(frames: &mut [usize]) -> Option<usize> {
+    let (mut pc, mut sp, mut bp): (usize, usize, usize);
+    // SAFETY: reads three registers, touching no memory.
+    unsafe {
+        core::arch::asm!(
+            "lea {pc}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            pc = out(reg) pc,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    let top = stack_top(sp)?;
+    let mut len = 0;
+    let mut first = true;
+    while len < frames.len() {
+        frames[len] = pc;
+        len += 1;
+        // A return address's call lies before it (a call may be the last
+        // instruction of a function that does not return).
+        let rule = rule_for(if first { pc } else { pc - 1 });
+        first = false;
+        let Rule::Frame {
+            from_rbp,
+            cfa_off,
+            ra_off,
+            rbp_off,
+        } = rule
+        else {
+            if rule == Rule::End {
+                break;
+            }
+            return None;
+        };
+        let cfa = (if from_rbp { bp } else { sp }).wrapping_add(cfa_off as isize as usize);
+        let ra_at = cfa.wrapping_add(ra_off as isize as usize);
+        let on_stack = |at: usize| at >= sp && at <= top - 8;
+        if cfa <= sp || !on_stack(ra_at) {
+            break;
+        }
+        if let Some(off) = rbp_off {
+            let at = cfa.wrapping_add(off as isize as usize);
+            if !on_stack(at) {
+                break;
+            }
+            // SAFETY: at lies on this thread's mapped stack (sp..top).
+            bp = unsafe { core::ptr::read_unaligned(at as *const usize) };
+        }
+        // SAFETY: as above, for ra_at.
+        pc = unsafe { core::ptr::read_unaligned(ra_at as *const usize) };
+        sp = cfa;
+        if pc == 0 {
+            break;
+        }
+    }
+    Some(len)
+}
+
+/// Replaces the cached rule for `addr` with `rule`; the returned closure
+/// puts the real one back (for the tests of the walk's bounds).
+#[cfg(test)]
+pub(super) fn poison(addr: usize, rule: Rule) -> impl FnOnce() {
+    let real = rule_for(addr);
+    remember(addr as u64, rule);
+    assert_eq!(cached(addr as u64), Some(rule));
+    move || remember(addr as u64, real)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_pack_and_unpack() {
+        for rule in [
+            Rule::End,
+            Rule::Other,
+            Rule::Frame {
+                from_rbp: false,
+                cfa_off: 8,
+                ra_off: -8,
+                rbp_off: None,
+            },
+            Rule::Frame {
+                from_rbp: true,
+                cfa_off: -70_000,
+                ra_off: -8,
+                rbp_off: Some(-16),
+            },
+            Rule::Frame {
+                from_rbp: false,
+                cfa_off: i32::MAX,
+                ra_off: i8::MIN,
+                rbp_off: Some(i16::MIN),
+            },
+        ] {
+            assert_ne!(rule.pack(), 0);
+            assert_eq!(Rule::unpack(rule.pack()), rule);
+        }
+    }
+
+    #[test]
+    fn leb128_reads() {
+        let bytes = [0xe5u8, 0x8e, 0x26, 0x7f, 0x80, 0x7f, 0x02];
+        let at = bytes.as_ptr() as usize;
+        // SAFETY: the bytes are the array's.
+        let mut r = unsafe { Reader::new(at, at + bytes.len()) };
+        assert_eq!(r.uleb(), Some(624_485));
+        assert_eq!(r.sleb(), Some(-1));
+        assert_eq!(r.sleb(), Some(-128));
+        assert_eq!(r.uleb(), Some(2));
+        assert_eq!(r.uleb(), None, "reads stop at the end");
+    }
+
+    #[test]
+    fn the_cache_keeps_what_it_is_given() {
+        let addr = 0x1234_5678_9abc_u64;
+        assert_eq!(cached(addr), None);
+        let rule = Rule::Frame {
+            from_rbp: true,
+            cfa_off: 16,
+            ra_off: -8,
+            rbp_off: Some(-16),
+        };
+        remember(addr, rule);
+        assert_eq!(cached(addr), Some(rule));
+        assert_eq!(cached(addr + 1), None);
+        remember(addr, Rule::End);
+        assert_eq!(cached(addr), Some(Rule::End));
+        // An address above 2^47 is never cached.
+        remember(1 << 50, rule);
+        assert_eq!(cached(1 << 50), None);
+    }
+}

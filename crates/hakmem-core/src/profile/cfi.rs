@@ -11,16 +11,18 @@
 //! frame saved it. That covers every frame compilers emit at call sites
 //! (with or without frame pointers). Anything else — a CFA given by an
 //! expression or another register (a stack realigned through `r10`), a
-//! signal frame, an augmentation this reader does not know — is
-//! [`Rule::Other`], and [`walk`] gives way to libgcc for the whole stack
-//! (unwind.rs), which follows every rule. A return address no unwind table
-//! covers ends the stack, as it ends libgcc's walk.
+//! signal frame, an augmentation this reader does not know, an address no
+//! unwind table covers — is [`Rule::Other`], and [`walk`] gives way to
+//! libgcc for the whole stack (unwind.rs), which follows every rule and
+//! knows the kernel's signal trampolines. The stack ends where a frame's
+//! return address is undefined (`_start`, a thread's `clone3`).
 //!
-//! **Finding the table.** A cache miss finds the object holding the
-//! address with `dl_iterate_phdr` (the loader's lock, recursive, held for
-//! the iteration only; no allocation), its `.eh_frame_hdr` (`PT_GNU_EH_FRAME`)
-//! and the function's FDE by binary search in the header's sorted table,
-//! then runs the CIE's and the FDE's instructions up to the address.
+//! **Finding the table.** A cache miss asks libgcc's `_Unwind_Find_FDE`
+//! for the function's FDE — the lookup libgcc's own walk makes at every
+//! frame: glibc's `_dl_find_object` (2.35 and later: lock-free, no
+//! allocation, so a `fork` or `dlopen` in another thread waits for nothing
+//! here), or the tables JIT compilers register — then runs the CIE's and
+//! the FDE's instructions up to the address.
 //!
 //! **The cache** ([`SLOTS`] slots, one per hashed address, 16 bytes each) is
 //! lock-free: a slot's key is the address with a 16-bit sequence above it,
@@ -29,21 +31,24 @@
 //! the rule written for that key (a seqlock). A writer that finds the slot
 //! busy does not cache. A slot left busy by a `fork` in the middle of a
 //! write stays a miss in the child. Rules are not dropped when an object is
-//! unloaded: a rule left for an address `dlclose` took away could only be
-//! applied if a new object's return address landed on exactly the same
-//! byte, and then [`walk`]'s bounds keep its reads on the thread's stack.
+//! unloaded: a rule left for an address `dlclose` took away is applied
+//! only if a new object's return address lands on exactly the same byte
+//! (a wrong stack in the profile, read within the bounds below).
 //!
-//! **The walk's reads** stay between the stack pointer and the top of the
-//! thread's stack: glibc places a thread's descriptor (`pthread_self()`)
-//! at the top of the stack it runs on, and the main thread's stack ends at
-//! `__libc_stack_end`. Each read must lie above the previous frame's stack
-//! pointer and below that top, so even a wrong rule cannot read outside
-//! the mapped stack; where neither bound holds (code running on a stack of
-//! its own making), the walk gives way to libgcc.
+//! **The walk's reads** stay between the stack pointer and a top: the
+//! thread's descriptor (`pthread_self()`), which glibc places at the top
+//! of the stack it gives a thread (or that `pthread_attr_setstack` gave
+//! it), when it lies less than 1 GiB above the stack pointer, else
+//! `__libc_stack_end`, the top of the main thread's stack. Each frame's
+//! CFA must lie above the previous stack pointer, so the walk only climbs.
+//! On stacks glibc made this keeps every read on the mapped stack even
+//! under a wrong rule. On a stack of the program's own making (coroutines,
+//! `sigaltstack`) the bound is only a bound: there the walk reads what
+//! libgcc's would, the slots the frames' rules name.
 
 use crate::sync::plain::{fence, AtomicU64};
 use crate::sync::Ordering;
-use core::ffi::{c_int, c_void};
+use core::ffi::c_void;
 
 /// DWARF's numbers for x86-64's registers (the psABI's table).
 const RBP: u64 = 6;
@@ -63,7 +68,7 @@ pub(super) enum Rule {
         rbp_off: Option<i16>,
     },
     /// The outermost frame (its return address undefined: `_start`, a
-    /// thread's `clone`), or an address no unwind table covers.
+    /// thread's `clone3`).
     End,
     /// A rule this walk does not follow.
     Other,
@@ -189,71 +194,48 @@ fn remember(addr: u64, rule: Rule) {
     slot.key.store(addr | seq << SEQ_SHIFT, Ordering::Release);
 }
 
+/// `struct dwarf_eh_bases`: where an FDE's relative pointers count from
+/// (x86-64's tables use pc-relative pointers only; unused here).
+#[repr(C)]
+struct EhBases {
+    tbase: *mut c_void,
+    dbase: *mut c_void,
+    func: *mut c_void,
+}
+
+// libgcc's lookup of the FDE for an address: glibc's `_dl_find_object`
+// (lock-free, no allocation; glibc 2.35 and later), or the tables of code
+// registered with `__register_frame` (JIT compilers).
+#[cfg_attr(not(target_feature = "crt-static"), link(name = "gcc_s"))]
+extern "C" {
+    fn _Unwind_Find_FDE(pc: *mut c_void, bases: *mut EhBases) -> *const c_void;
+}
+
 /// The rule for address `addr` (a return address minus one, or the first
 /// frame's own address), from the cache or the unwind tables.
 fn rule_for(addr: usize) -> Rule {
     if let Some(rule) = cached(addr as u64) {
         return rule;
     }
-    let rule = match eh_frame_hdr_of(addr) {
-        // hdr is the unwind header of the object holding addr, a frame of
-        // this thread's stack, so the object cannot be unloaded meanwhile.
-        // SAFETY: hdr is a loaded object's PT_GNU_EH_FRAME, holding addr.
-        Some(hdr) => unsafe { rule_from_hdr(hdr, addr) },
-        None => Rule::End,
+    let mut bases = EhBases {
+        tbase: core::ptr::null_mut(),
+        dbase: core::ptr::null_mut(),
+        func: core::ptr::null_mut(),
+    };
+    // SAFETY: a lookup by address; bases is ours for the call.
+    let fde = unsafe { _Unwind_Find_FDE(addr as *mut c_void, &raw mut bases) } as usize;
+    let rule = if fde == 0 {
+        // No table covers it: libgcc's walk, which also knows the kernel's
+        // signal trampolines by their instructions.
+        Rule::Other
+    } else {
+        // The FDE's object holds addr, a frame of this thread's stack, so
+        // it cannot be unloaded while we read.
+        // SAFETY: fde is a loaded object's FDE, covering addr.
+        unsafe { run_fde(fde, addr) }.unwrap_or(Rule::Other)
     };
     remember(addr as u64, rule);
     rule
-}
-
-struct Find {
-    addr: usize,
-    /// The object's `.eh_frame_hdr` (0: none).
-    hdr: usize,
-    found: bool,
-}
-
-unsafe extern "C" fn find_object(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
-    // SAFETY: data is eh_frame_hdr_of's `Find`; info is the loader's.
-    unsafe {
-        let find = &mut *(data as *mut Find);
-        let info = &*info;
-        if info.dlpi_phdr.is_null() {
-            return 0;
-        }
-        let base = info.dlpi_addr as usize;
-        let phdrs = core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
-        let mut inside = false;
-        let mut hdr = 0;
-        for ph in phdrs {
-            let start = base.wrapping_add(ph.p_vaddr as usize);
-            if ph.p_type == libc::PT_LOAD && find.addr.wrapping_sub(start) < ph.p_memsz as usize {
-                inside = true;
-            }
-            if ph.p_type == libc::PT_GNU_EH_FRAME {
-                hdr = start;
-            }
-        }
-        if inside {
-            find.hdr = hdr;
-            find.found = true;
-            1
-        } else {
-            0
-        }
-    }
-}
-
-/// The `.eh_frame_hdr` of the loaded object holding `addr`.
-fn eh_frame_hdr_of(addr: usize) -> Option<usize> {
-    let mut find = Find {
-        addr,
-        hdr: 0,
-        found: false,
-    };
-    // SAFETY: find_object only touches `find`, alive for the call.
-    unsafe { libc::dl_iterate_phdr(Some(find_object), (&raw mut find).cast()) };
-    (find.found && find.hdr != 0).then_some(find.hdr)
 }
 
 /// A cursor over unwind-table bytes, bounded by `end`: made by the unsafe
@@ -356,66 +338,6 @@ impl Reader {
             _ => None,
         }
     }
-}
-
-/// The rule for `addr` from its object's `.eh_frame_hdr` at `hdr`.
-///
-/// # Safety
-/// `hdr` must be the `PT_GNU_EH_FRAME` segment of a loaded object that
-/// holds `addr` and stays loaded for the call.
-unsafe fn rule_from_hdr(hdr: usize, addr: usize) -> Rule {
-    // SAFETY: the caller's guarantee: a loaded object's unwind tables.
-    unsafe { find_fde(hdr, addr) }.unwrap_or(Rule::Other)
-}
-
-/// The header's version, the table's encoding (`datarel | sdata4`: what
-/// every linker writes) and the FDE for `addr`, run to `addr`.
-///
-/// # Safety
-/// As [`rule_from_hdr`].
-unsafe fn find_fde(hdr: usize, addr: usize) -> Option<Rule> {
-    // The header's own fields are read within a small window; the table's
-    // length comes from its count.
-    // SAFETY: the caller's guarantee: the header (a few words) is mapped.
-    let mut r = unsafe { Reader::new(hdr, hdr + 64) };
-    if r.u8()? != 1 {
-        return None;
-    }
-    let frame_ptr_enc = r.u8()?;
-    let count_enc = r.u8()?;
-    let table_enc = r.u8()?;
-    r.encoded(frame_ptr_enc, hdr)?;
-    let count = r.encoded(count_enc, hdr)?;
-    if table_enc != 0x3b || count == 0 || count > (1 << 28) {
-        return None;
-    }
-    let table = r.at;
-    // Entry i (< count): the function's start and its FDE, 4 bytes each,
-    // relative to the header.
-    // SAFETY: entry i < count lies in the header's table.
-    let entry = |i: usize| unsafe {
-        let e = (table + i * 8) as *const i32;
-        (
-            hdr.wrapping_add(core::ptr::read_unaligned(e) as isize as usize),
-            hdr.wrapping_add(core::ptr::read_unaligned(e.add(1)) as isize as usize),
-        )
-    };
-    // The last entry whose start is at or below addr.
-    let (mut lo, mut hi) = (0usize, count);
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if entry(mid).0 <= addr {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    let (start, fde) = entry(lo);
-    if start > addr {
-        return Some(Rule::End);
-    }
-    // SAFETY: the caller's guarantee: fde is an FDE of the object's table.
-    unsafe { run_fde(fde, addr) }
 }
 
 /// A CIE's fields the FDE's instructions need.
@@ -560,7 +482,7 @@ unsafe fn run_fde(fde: usize, addr: usize) -> Option<Rule> {
     let begin = r.encoded(cie.fde_enc, 0)?;
     let range = r.encoded(cie.fde_enc & 0x0f, 0)?;
     if addr.wrapping_sub(begin) >= range {
-        return Some(Rule::End);
+        return None;
     }
     if cie.augmented {
         let len = r.uleb()? as usize;
@@ -864,8 +786,13 @@ pub(super) fn poison(addr: usize, rule: Rule) -> impl FnOnce() {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
+    extern crate std;
     use super::*;
+
+    /// Held by the tests that write the cache (each slot may be any
+    /// address's: one test's rules could replace another's).
+    pub(in crate::profile) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     #[test]
     fn rules_pack_and_unpack() {
@@ -911,6 +838,7 @@ mod tests {
 
     #[test]
     fn the_cache_keeps_what_it_is_given() {
+        let _serial = SERIAL.lock();
         let addr = 0x1234_5678_9abc_u64;
         assert_eq!(cached(addr), None);
         let rule = Rule::Frame {

@@ -1,16 +1,20 @@
 //! The caller's stack for a sample: the return addresses of the frames
-//! above, found by the system unwinder (libgcc's `_Unwind_Backtrace`),
-//! which follows the DWARF call-frame information (`.eh_frame`) every
+//! above, found from the DWARF call-frame information (`.eh_frame`) every
 //! x86-64 object carries — so C programs built at -O2 without frame
-//! pointers unwind as well as Rust programs.
+//! pointers unwind as well as Rust programs. On x86-64 with glibc the
+//! profiler's own walk does it (cfi.rs: each return address's rule read
+//! once and cached, a few loads per frame); where that walk meets a frame
+//! it does not follow, and on other targets, libgcc's `_Unwind_Backtrace`
+//! walks the whole stack (about 1 500 instructions a frame).
 //!
-//! Safe inside an allocator: libgcc finds each frame's unwind table with
-//! glibc's `_dl_find_object` (lock-free, no allocation) and keeps its state
-//! on the stack; nothing here takes a hakmem lock, so a `malloc` the
-//! unwinder might make (libgcc sorting the tables of an object registered
-//! with `__register_frame_info`, the first time) is an ordinary allocation
-//! (the heap's `busy` flag keeps it from being sampled in turn), and a
-//! `fork` or `dlopen` in another thread waits for nothing of ours.
+//! Safe inside an allocator: both find a function's unwind table with
+//! libgcc's `_Unwind_Find_FDE` (glibc's `_dl_find_object`: lock-free, no
+//! allocation) and keep their state on the stack; nothing here takes a
+//! hakmem lock, so a `malloc` the unwinder might make (libgcc sorting the
+//! tables of an object registered with `__register_frame_info`, the first
+//! time) is an ordinary allocation (the heap's `busy` flag keeps it from
+//! being sampled in turn), and a `fork` or `dlopen` in another thread
+//! waits for nothing of ours.
 
 use crate::sync::plain::AtomicUsize;
 use crate::sync::Ordering;
@@ -159,6 +163,7 @@ mod tests {
 
     #[test]
     fn the_cached_walk_agrees_with_libgcc() {
+        let _serial = super::super::cfi::tests::SERIAL.lock();
         for round in 0..3 {
             let (fast, n, slow, m) = nested(5);
             assert!(n > 8 && m > 8, "stacks of {n} and {m} frames");
@@ -193,12 +198,15 @@ mod tests {
 
     #[test]
     fn a_wrong_rule_never_reads_off_the_stack() {
+        // Serial with the other tests that fill the cache: a rule they
+        // cache in the poisoned slot would replace the poison.
+        let _serial = super::super::cfi::tests::SERIAL.lock();
         use super::super::cfi::{poison, Rule};
         let (frames, n) = poisoned_caller();
         assert!(n > 4, "{n} frames");
         // frames[1] returns into `walked`, whose rule finds its caller:
         // give it rules that put the caller's frame far above the stack's
-        // top, below the stack pointer, and its saved rbp off the stack.
+        // top, below the stack pointer, and its saved rbp below it.
         // The walk keeps the two frames it had and stops.
         let ra = frames[1];
         for (rule, kept) in [
@@ -225,7 +233,7 @@ mod tests {
                     from_rbp: false,
                     cfa_off: 16,
                     ra_off: -8,
-                    rbp_off: Some(i16::MAX),
+                    rbp_off: Some(i16::MIN),
                 },
                 2,
             ),
@@ -256,6 +264,7 @@ mod tests {
     /// it to the interrupted code.
     #[test]
     fn a_signal_frame_is_left_to_libgcc() {
+        let _serial = super::super::cfi::tests::SERIAL.lock();
         // SIGURG is ignored by default, and no other test uses it.
         // SAFETY: installs a handler for SIGURG, then raises it here.
         unsafe {

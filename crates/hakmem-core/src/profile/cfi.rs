@@ -11,7 +11,7 @@
 //! frame saved it. That covers every frame compilers emit at call sites
 //! (with or without frame pointers). Anything else — a CFA given by an
 //! expression or another register (a stack realigned through `r10`), a
-//! signal frame, an augmentation this reader does not know, an address no
+//! rule for `rsp` itself, a signal frame, an augmentation this reader does not know, an address no
 //! unwind table covers — is [`Rule::Other`], and [`walk`] gives way to
 //! libgcc for the whole stack (unwind.rs), which follows every rule and
 //! knows the kernel's signal trampolines. The stack ends where a frame's
@@ -19,10 +19,16 @@
 //!
 //! **Finding the table.** A cache miss asks libgcc's `_Unwind_Find_FDE`
 //! for the function's FDE — the lookup libgcc's own walk makes at every
-//! frame: glibc's `_dl_find_object` (2.35 and later: lock-free, no
-//! allocation, so a `fork` or `dlopen` in another thread waits for nothing
-//! here), or the tables JIT compilers register — then runs the CIE's and
-//! the FDE's instructions up to the address.
+//! frame — then runs the CIE's and the FDE's instructions up to the
+//! address. With libgcc 12 or later on glibc 2.35 or later (Debian 12,
+//! Ubuntu 22.04 and later) that lookup is glibc's `_dl_find_object`:
+//! lock-free, no allocation, so a `fork` or `dlopen` in another thread
+//! waits for nothing here. Older pairs use `dl_iterate_phdr`, under the
+//! loader's lock, and code registered with `__register_frame` (JIT
+//! compilers) is looked up under libgcc's own lock: there the profiler
+//! shares what every C++ `throw` risks (a `fork` while another thread
+//! holds the lock; an allocation libgcc makes under its lock, sampled,
+//! whose walk asks for the lock again).
 //!
 //! **The cache** ([`SLOTS`] slots, one per hashed address, 16 bytes each) is
 //! lock-free: a slot's key is the address with a 16-bit sequence above it,
@@ -30,10 +36,11 @@
 //! that reads the key, the rule and the key again with the same value read
 //! the rule written for that key (a seqlock). A writer that finds the slot
 //! busy does not cache. A slot left busy by a `fork` in the middle of a
-//! write stays a miss in the child. Rules are not dropped when an object is
-//! unloaded: a rule left for an address `dlclose` took away is applied
-//! only if a new object's return address lands on exactly the same byte
-//! (a wrong stack in the profile, read within the bounds below).
+//! write stays a miss in the child. Rules are not dropped when code goes
+//! away: a rule left for an address that `dlclose` unmapped, or for JIT
+//! code whose memory was reused, is applied if a return address of the
+//! new code lands on exactly the same byte (a wrong stack in the profile,
+//! read within the bounds below).
 //!
 //! **The walk's reads** stay between the stack pointer and a top: the
 //! thread's descriptor (`pthread_self()`), which glibc places at the top
@@ -365,6 +372,10 @@ struct State {
     cfa_expr: bool,
     rbp: Reg,
     ra: Reg,
+    /// `rsp`'s own rule: the walk takes the caller's `rsp` to be the CFA,
+    /// so a frame that gives `rsp` another rule (hand-written or JIT
+    /// tables) is one it does not follow.
+    rsp: Reg,
 }
 
 impl State {
@@ -372,6 +383,7 @@ impl State {
         match reg {
             RBP => self.rbp = rule,
             RA => self.ra = rule,
+            RSP => self.rsp = rule,
             _ => {}
         }
     }
@@ -380,6 +392,7 @@ impl State {
         match reg {
             RBP => self.rbp,
             RA => self.ra,
+            RSP => self.rsp,
             _ => Reg::Same,
         }
     }
@@ -494,6 +507,7 @@ unsafe fn run_fde(fde: usize, addr: usize) -> Option<Rule> {
         cfa_expr: false,
         rbp: Reg::Same,
         ra: Reg::Same,
+        rsp: Reg::Same,
     };
     let mut cie_insns = cie.insns.clone();
     let initial = state;
@@ -501,7 +515,7 @@ unsafe fn run_fde(fde: usize, addr: usize) -> Option<Rule> {
     execute(&mut cie_insns, &cie, &initial, &mut state, &mut loc, usize::MAX)?;
     let initial = state;
     execute(&mut r, &cie, &initial, &mut state, &mut loc, addr)?;
-    if state.cfa_expr || (state.cfa_reg != RSP && state.cfa_reg != RBP) {
+    if state.cfa_expr || (state.cfa_reg != RSP && state.cfa_reg != RBP) || state.rsp != Reg::Same {
         return Some(Rule::Other);
     }
     let ra_off = match state.ra {
@@ -773,6 +787,13 @@ pub(super) fn walk(frames: &mut [usize]) -> Option<usize> {
         }
     }
     Some(len)
+}
+
+/// Whether two addresses share a cache slot (for the tests: a lookup of
+/// one replaces the other's rule).
+#[cfg(test)]
+pub(super) fn same_slot(a: usize, b: usize) -> bool {
+    core::ptr::eq(slot_of(a as u64), slot_of(b as u64))
 }
 
 /// Replaces the cached rule for `addr` with `rule`; the returned closure

@@ -8,13 +8,14 @@
 //! walks the whole stack (about 1 500 instructions a frame).
 //!
 //! Safe inside an allocator: both find a function's unwind table with
-//! libgcc's `_Unwind_Find_FDE` (glibc's `_dl_find_object`: lock-free, no
-//! allocation) and keep their state on the stack; nothing here takes a
-//! hakmem lock, so a `malloc` the unwinder might make (libgcc sorting the
-//! tables of an object registered with `__register_frame_info`, the first
-//! time) is an ordinary allocation (the heap's `busy` flag keeps it from
-//! being sampled in turn), and a `fork` or `dlopen` in another thread
-//! waits for nothing of ours.
+//! libgcc's `_Unwind_Find_FDE` (with libgcc 12+ on glibc 2.35+, glibc's
+//! `_dl_find_object`: lock-free, no allocation; see cfi.rs for older
+//! pairs and JIT-registered code) and keep their state on the stack;
+//! nothing here takes a hakmem lock, so a `malloc` the unwinder might
+//! make (libgcc sorting the tables of an object registered with
+//! `__register_frame_info`, the first time) is an ordinary allocation (the
+//! heap's `busy` flag keeps it from being sampled in turn), and a `fork`
+//! or `dlopen` in another thread waits for nothing of ours.
 
 use crate::sync::plain::AtomicUsize;
 use crate::sync::Ordering;
@@ -201,47 +202,43 @@ mod tests {
         // Serial with the other tests that fill the cache: a rule they
         // cache in the poisoned slot would replace the poison.
         let _serial = super::super::cfi::tests::SERIAL.lock();
-        use super::super::cfi::{poison, Rule};
+        use super::super::cfi::{poison, same_slot, Rule};
         let (frames, n) = poisoned_caller();
         assert!(n > 4, "{n} frames");
-        // frames[1] returns into `walked`, whose rule finds its caller:
-        // give it rules that put the caller's frame far above the stack's
-        // top, below the stack pointer, and its saved rbp below it.
-        // The walk keeps the two frames it had and stops.
-        let ra = frames[1];
-        for (rule, kept) in [
-            (
-                Rule::Frame {
-                    from_rbp: false,
-                    cfa_off: 1 << 30,
-                    ra_off: -8,
-                    rbp_off: None,
-                },
-                2,
-            ),
-            (
-                Rule::Frame {
-                    from_rbp: false,
-                    cfa_off: -64,
-                    ra_off: -8,
-                    rbp_off: None,
-                },
-                2,
-            ),
-            (
-                Rule::Frame {
-                    from_rbp: false,
-                    cfa_off: 16,
-                    ra_off: -8,
-                    rbp_off: Some(i16::MIN),
-                },
-                2,
-            ),
+        // The frame to poison: frames[1] unless a lookup made before it
+        // (the walk's own address) shares its slot (one layout in 4 096,
+        // by ASLR) and would replace the poison; then frames[2].
+        let k = if same_slot(frames[0], frames[1] - 1) { 2 } else { 1 };
+        // frames[k] returns into `walked` (or `poisoned_caller`), whose
+        // rule finds its caller: give it rules that put the caller's frame
+        // far above the stack's top, below the stack pointer, and its
+        // saved rbp below it. The walk keeps the k + 1 frames it had and
+        // stops.
+        let ra = frames[k];
+        for rule in [
+            Rule::Frame {
+                from_rbp: false,
+                cfa_off: 1 << 30,
+                ra_off: -8,
+                rbp_off: None,
+            },
+            Rule::Frame {
+                from_rbp: false,
+                cfa_off: -64,
+                ra_off: -8,
+                rbp_off: None,
+            },
+            Rule::Frame {
+                from_rbp: false,
+                cfa_off: 16,
+                ra_off: -8,
+                rbp_off: Some(i16::MIN),
+            },
         ] {
             let restore = poison(ra - 1, rule);
             let (_, m) = poisoned_caller();
             restore();
-            assert_eq!(m, kept, "{rule:?}");
+            assert_eq!(m, k + 1, "{rule:?}");
         }
         let (again, m) = poisoned_caller();
         // (frames[3] is the return into this test: another call site.)

@@ -26,18 +26,26 @@ use crate::small::page_queue::settle;
 use crate::small::refill::release_span;
 use crate::stats;
 use crate::sync::{global, Ordering, SpinLock};
-use crate::thread::heap::{adopt, heap_new, pool_put, unlink_segment, Heap, EXITED_HEAP};
+use crate::thread::heap::{adopt, heap_new, pool_put, Heap, EXITED_HEAP};
 use crate::thread::remote::flush_remote;
 use core::cell::UnsafeCell;
 use core::ptr;
 
-/// Abandoned segments examined per segment acquisition: enough to drain
-/// what exiting threads leave behind, few enough to bound the pause.
+/// Abandoned segments examined per segment acquisition at most: bounds
+/// the pause when many of them have no room for the request.
 const RECLAIM_MAX: usize = 64;
 
 /// A segment with room for `units` pages. Reclaims waiting abandoned
-/// segments first (up to `RECLAIM_MAX`, handing empty ones to the cache),
+/// segments first, up to the first with room (at most `RECLAIM_MAX`),
 /// then takes one from the cache or the OS. Null when out of memory.
+///
+/// It stops at the first segment with room: the rest stay on the list for
+/// the next thread that needs one. Taking them all would give one of a
+/// burst of new threads every segment its predecessors left, and the
+/// others fresh segments from the OS: on `rethread` (4 threads at a time
+/// that hand blocks to each other and exit) that costs 17 % more segments
+/// at the peak, 20 % more page faults and 7 % more peak RSS
+/// (docs/BENCHMARKS.md, "Threads that come and go").
 ///
 /// A local heap reclaims nothing: destroying it frees every page it holds,
 /// and the pages of a reclaimed segment hold blocks the program got from
@@ -63,11 +71,11 @@ pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize) -> *mut Segm
                 break;
             }
             reclaim(heap, seg);
-            if found.is_null() && has_run((*seg).free_units, units) {
+            // An empty segment has room for any span: only segments with
+            // pages in use are passed (and kept: reclaimed, they are ours).
+            if has_run((*seg).free_units, units) {
                 found = seg;
-            } else if (*seg).used_pages == 0 {
-                unlink_segment(heap, seg);
-                arena::segment_free(seg);
+                break;
             }
         }
         if !found.is_null() {

@@ -5,27 +5,42 @@
 //! while the others map fresh segments (docs/BENCHMARKS.md, "Threads that
 //! come and go").
 //!
-//! One test in its own binary: the abandoned list is global, and no other
-//! thread may take from it while this one counts.
+//! The segments it looks at past that one are tidied instead: what was
+//! freed into them after their thread exited goes back, and the emptied
+//! ones leave the list.
+//!
+//! One test, the two parts in order, alone in its binary: the abandoned
+//! list is global, no other thread may take from it while a part counts,
+//! and the first part's new thread must not find a retired heap with room
+//! (the second part leaves some).
 
 use hakmem_core::Hakmem;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[global_allocator]
 static GLOBAL: Hakmem = Hakmem;
-
-/// Segments the exiting thread leaves, each holding one live block.
-const LEFT: usize = 8;
 
 #[test]
 #[cfg_attr(
     feature = "secure",
     ignore = "secure builds: blocks this large are huge mappings, not segments"
 )]
-fn a_new_thread_reclaims_one_abandoned_segment_with_room_not_all() {
+fn a_new_thread_reclaims_one_abandoned_segment_and_tidies_the_rest() {
+    reclaims_one_abandoned_segment_with_room_not_all();
+    blocks_freed_into_abandoned_segments_after_the_exit_go_back();
+}
+
+/// Segments the exiting thread leaves, each holding one live block.
+const LEFT: usize = 8;
+
+/// A thread exits leaving a live block in each of `LEFT` segments; a new
+/// thread's request takes one of them, not all.
+fn reclaims_one_abandoned_segment_with_room_not_all() {
     // 1 MiB blocks: 16 of a segment's 31 units, so one per segment, and
     // each segment keeps 15 units free.
     let size = 1 << 20;
     let before = hakmem_core::abandoned_count();
+    assert_eq!(before, 0, "abandoned segments before the test");
     let left: Vec<usize> = std::thread::spawn(move || {
         (0..LEFT)
             .map(|_| {
@@ -73,4 +88,108 @@ fn a_new_thread_reclaims_one_abandoned_segment_with_room_not_all() {
             hakmem_core::free(q as *mut u8);
         }
     }
+}
+
+/// Segments the exiting thread of the second part fills.
+const STRANDED: usize = 20;
+/// The second part's small blocks, from the owner to the freer.
+static SMALL: [AtomicUsize; STRANDED] = [const { AtomicUsize::new(0) }; STRANDED];
+/// The second part's step: 1 allocated, 2 freed into batches, 3 the owner
+/// may exit, 4 the freer may exit.
+static STAGE: AtomicUsize = AtomicUsize::new(0);
+
+fn wait_for(stage: usize) {
+    // Acquire: pairs with the Release stores of `STAGE`, making `SMALL`
+    // and the blocks' state visible.
+    while STAGE.load(Ordering::Acquire) < stage {
+        std::thread::yield_now();
+    }
+}
+
+/// Blocks freed into a dead thread's segments after its exit (from another
+/// thread's batches) empty them; the next acquisition gives them all back.
+fn blocks_freed_into_abandoned_segments_after_the_exit_go_back() {
+    let before = hakmem_core::abandoned_count();
+    assert_eq!(before, 0, "abandoned segments before the test");
+    // The owner: blocks of 29 of a segment's 31 units, each followed by a
+    // small block of a class of its own, whose page takes one of the units
+    // the large blocks leave: at most two such pages share a segment, and
+    // the segments span more than a retired heap may own. It frees the large
+    // blocks itself and exits when told: its segments then hold only the
+    // small blocks, which another thread has freed into its batches
+    // (blocks under 4 KiB wait there), so they reach the pages' remote
+    // stacks only after the owner is gone, when no owner collects them.
+    // The threads step through `STAGE` and hand the blocks over in
+    // `SMALL`, so that neither allocates anything of its own (a channel
+    // would leave a block of the owner's alive in one of its segments).
+    let owner = std::thread::spawn(|| {
+        let mut large = [0usize; STRANDED];
+        for (i, l) in large.iter_mut().enumerate() {
+            let p = hakmem_core::malloc(29 * hakmem_core::PAGE_SIZE);
+            let q = hakmem_core::malloc(16 * (i + 1));
+            assert!(!p.is_null() && !q.is_null());
+            *l = p as usize;
+            SMALL[i].store(q as usize, Ordering::Relaxed);
+        }
+        STAGE.store(1, Ordering::Release);
+        wait_for(3);
+        for p in large {
+            // SAFETY: blocks of this allocator, each freed once.
+            unsafe { hakmem_core::free(p as *mut u8) };
+        }
+    });
+    let freer = std::thread::spawn(|| {
+        // A heap of its own first: a thread without one pushes at once.
+        let own = hakmem_core::malloc(64);
+        assert!(!own.is_null());
+        wait_for(1);
+        for q in &SMALL {
+            // SAFETY: blocks of this allocator, each freed once.
+            unsafe { hakmem_core::free(q.load(Ordering::Relaxed) as *mut u8) };
+        }
+        STAGE.store(2, Ordering::Release);
+        // Exits (flushing its batches) only after the owner has.
+        wait_for(4);
+        // SAFETY: its own block, freed once.
+        unsafe { hakmem_core::free(own) };
+    });
+    wait_for(2);
+    STAGE.store(3, Ordering::Release);
+    owner.join().unwrap();
+    let abandoned = hakmem_core::abandoned_count();
+    STAGE.store(4, Ordering::Release);
+    freer.join().unwrap();
+    // Some of the small blocks may have been pushed while the owner lived
+    // (two pages sharing a batch slot): most of its segments were
+    // abandoned holding one.
+    assert!(abandoned >= 4, "only {abandoned} segments abandoned");
+    assert_eq!(
+        hakmem_core::abandoned_count(),
+        abandoned,
+        "the freer's exit took no segment"
+    );
+    // A new thread asks for the largest blocks a segment holds until one
+    // of them needs a segment its heap does not have (a retired heap it
+    // may take over has at most 4): that one acquisition reclaims the
+    // first abandoned segment and tidies the others, all empty now.
+    std::thread::spawn(move || {
+        let mut blocks = Vec::new();
+        while hakmem_core::abandoned_count() == abandoned && blocks.len() < 8 {
+            let p = hakmem_core::malloc(hakmem_core::LARGE_SIZE_MAX);
+            assert!(!p.is_null());
+            blocks.push(p as usize);
+        }
+        for p in blocks {
+            // SAFETY: blocks of this allocator, each freed once.
+            unsafe { hakmem_core::free(p as *mut u8) };
+        }
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        hakmem_core::abandoned_count(),
+        0,
+        "{} of {abandoned} abandoned segments, emptied by frees after their thread exited, were not given back",
+        hakmem_core::abandoned_count()
+    );
 }

@@ -6,7 +6,10 @@
 //! Both lists are intrusive stacks through `Segment::next`, under a spin
 //! lock held for a few instructions, never across a system call; `fork`
 //! takes the locks first (`lock_all`). A normal segment is in exactly one
-//! of: its owner heap's list, the abandoned list, the cache.
+//! of: its owner heap's list, the abandoned list, the cache — or, for a
+//! moment, held off a list by the thread that popped it (a reclaim, a
+//! purge pass or a tidying of the abandoned list, the last two under the
+//! purge lock, which `fork` takes before these).
 
 use crate::config::config;
 use crate::list::{Linked, LockedList};

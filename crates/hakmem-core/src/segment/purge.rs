@@ -257,7 +257,6 @@ pub(crate) fn unlock_purges() {
     PURGE_LOCK.unlock();
 }
 
-#[cfg(not(feature = "secure"))]
 /// Runs `purge` under the purge lock if no pass holds it; false (nothing
 /// run) otherwise — the caller leaves the work due for that pass or the
 /// next (never waits: a pass may be what called it).

@@ -39,12 +39,12 @@ const RECLAIM_MAX: usize = 64;
 /// segments first, up to the first with room, then takes one from the
 /// cache or the OS. Null when out of memory.
 ///
-/// The abandoned segments after the one taken (up to `RECLAIM_MAX` looked
-/// at in all) are tidied, not reclaimed: the blocks freed into them since
-/// their thread exited (pushed on their pages' remote stacks, which only
-/// an owner collects) are taken in, the pages that emptied given back,
-/// the segments that emptied freed, and the rest stay on the list for the
-/// next thread that needs one. Taking them all would give one of a
+/// Up to `RECLAIM_MAX` more abandoned segments are then tidied, not
+/// reclaimed (`tidy_abandoned`, when no purge pass holds the purge lock):
+/// the blocks freed into them since their thread exited (pushed on their
+/// pages' remote stacks, which only an owner collects) are taken in, the
+/// pages that emptied given back, the segments that emptied freed, and the
+/// rest stay on the list for the next thread that needs one. Taking them all would give one of a
 /// burst of new threads every segment its predecessors left, and the
 /// others fresh segments from the OS: on `rethread` (4 threads at a time
 /// that hand blocks to each other and exit) that costs 19 % more segments
@@ -69,41 +69,25 @@ pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize) -> *mut Segm
             return seg;
         }
         let mut found: *mut Segment = ptr::null_mut();
-        // Segments looked at past the one taken, still holding blocks: back
-        // on the list after the loop (linked through `next`).
-        let mut kept: *mut Segment = ptr::null_mut();
         for _ in 0..RECLAIM_MAX {
             let seg = arena::abandoned_pop();
             if seg.is_null() {
                 break;
             }
-            if found.is_null() {
-                reclaim(heap, seg);
-                // An empty segment has room for any span: only segments
-                // with pages in use are passed (and kept: reclaimed, they
-                // are ours).
-                if has_run((*seg).free_units, units) {
-                    found = seg;
-                }
-                continue;
-            }
-            // Past the one taken: give back what has been freed into it
-            // since its thread exited (blocks pushed on its pages' remote
-            // stacks, which no owner collects), and leave the rest for the
-            // next thread that needs a segment.
-            if release_empty_pages(seg) {
-                arena::segment_free(seg);
-            } else {
-                (*seg).next = kept;
-                kept = seg;
+            reclaim(heap, seg);
+            // An empty segment has room for any span: only segments with
+            // pages in use are passed (and kept: reclaimed, they are ours).
+            if has_run((*seg).free_units, units) {
+                found = seg;
+                break;
             }
         }
-        // In the order they were popped: the list keeps its order.
-        while !kept.is_null() {
-            let seg = kept;
-            kept = (*seg).next;
-            (*seg).next = ptr::null_mut();
-            arena::abandoned_push(seg);
+        if !found.is_null() {
+            // Under the purge lock, which `fork` takes first: the segments
+            // the tidying holds off the list are back on it before a child
+            // is made (`tidy_abandoned`'s requirement). Skipped when a
+            // pass holds the lock.
+            crate::segment::purge::try_purge_now(|| tidy_abandoned());
         }
         if !found.is_null() {
             return found;
@@ -209,6 +193,44 @@ unsafe fn abandon_segments(heap: *mut Heap) {
             seg = next;
         }
         pool_put(heap);
+    }
+}
+
+/// Looks at up to `RECLAIM_MAX` abandoned segments: gives back what has
+/// been freed into them since their thread exited (blocks pushed on their
+/// pages' remote stacks, which no owner collects), frees the segments that
+/// emptied, and puts the rest back on the list in their order, for the
+/// next thread that needs a segment.
+///
+/// # Safety
+/// The purge lock must be held (`fork` must not copy the process while the
+/// segments are off the list).
+unsafe fn tidy_abandoned() {
+    // Linked through `next`, in the order popped reversed.
+    let mut kept: *mut Segment = ptr::null_mut();
+    for _ in 0..RECLAIM_MAX {
+        let seg = arena::abandoned_pop();
+        if seg.is_null() {
+            break;
+        }
+        // SAFETY: popped off the abandoned list: ours alone until pushed.
+        unsafe {
+            if release_empty_pages(seg) {
+                arena::segment_free(seg);
+            } else {
+                (*seg).next = kept;
+                kept = seg;
+            }
+        }
+    }
+    while !kept.is_null() {
+        let seg = kept;
+        // SAFETY: a segment popped above, ours until pushed back.
+        unsafe {
+            kept = (*seg).next;
+            (*seg).next = ptr::null_mut();
+        }
+        arena::abandoned_push(seg);
     }
 }
 

@@ -44,12 +44,12 @@ const RECLAIM_MAX: usize = 64;
 /// the blocks freed into them since their thread exited (pushed on their
 /// pages' remote stacks, which only an owner collects) are taken in, the
 /// pages that emptied given back, the segments that emptied freed, and the
-/// rest stay on the list for the next thread that needs one. Taking them all would give one of a
-/// burst of new threads every segment its predecessors left, and the
-/// others fresh segments from the OS: on `rethread` (4 threads at a time
-/// that hand blocks to each other and exit) that costs 19 % more segments
-/// at the peak, 24 % more page faults and 8 % more peak RSS
-/// (docs/BENCHMARKS.md, "Threads that come and go").
+/// rest stay on the list for the next thread that needs one. Taking them
+/// all would give one of a burst of new threads every segment its
+/// predecessors left, and the others fresh segments from the OS: on
+/// `rethread` (4 threads at a time that hand blocks to each other and
+/// exit) that costs 19 % more segments at the peak, 24 % more page faults
+/// and 8 % more peak RSS (docs/BENCHMARKS.md, "Threads that come and go").
 ///
 /// A local heap reclaims nothing: destroying it frees every page it holds,
 /// and the pages of a reclaimed segment hold blocks the program got from
@@ -88,8 +88,6 @@ pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize) -> *mut Segm
             // is made (`tidy_abandoned`'s requirement). Skipped when a
             // pass holds the lock.
             crate::segment::purge::try_purge_now(|| tidy_abandoned());
-        }
-        if !found.is_null() {
             return found;
         }
         let seg = arena::segment_alloc();

@@ -67,7 +67,7 @@ const char *hakmem_version(void);
 
 /**
  * Non-zero when `p` points into memory hakmem manages (one of its
- * segments). Zero means `p` certainly did not come from hakmem: that is
+ * segments, or the hardened library's region of `malloc(0)` blocks). Zero means `p` certainly did not come from hakmem: that is
  * the check `free` and `realloc` make before touching a pointer. O(1), no
  * system call; `p` is not dereferenced.
  */

@@ -206,9 +206,17 @@ mod front {
         unsafe { alloc_generic(thread::heap(), size, align).0 }
     }
 
-    /// `malloc`: `size` bytes aligned to `MIN_ALIGN`.
+    /// `malloc`: `size` bytes aligned to `MIN_ALIGN`. (`secure`: `malloc(0)`
+    /// is a unique pointer no one can read or write, `check/zero.rs`.)
     #[inline(always)]
     pub fn malloc(size: usize) -> *mut u8 {
+        #[cfg(feature = "secure")]
+        if size == 0 {
+            let p = crate::check::zero::alloc();
+            if !p.is_null() {
+                return p;
+            }
+        }
         alloc_aligned(size, MIN_ALIGN)
     }
 
@@ -285,6 +293,13 @@ mod front {
         if !align.is_power_of_two() {
             return invalid_alignment();
         }
+        #[cfg(feature = "secure")]
+        if size == 0 && align <= MIN_ALIGN {
+            let p = crate::check::zero::alloc();
+            if !p.is_null() {
+                return p;
+            }
+        }
         alloc_zeroed_aligned(size, align)
     }
 
@@ -335,13 +350,31 @@ mod front {
         segment_map::is_segment(segment_of(p))
     }
 
+    /// Whether `p` lies in the `secure` build's region of zero-sized
+    /// blocks (`malloc(0)`: a pointer no one can read or write; always
+    /// false in other builds). Such a pointer is hakmem's too.
+    #[inline]
+    pub fn is_zero_sized_block(p: *const u8) -> bool {
+        #[cfg(feature = "secure")]
+        return crate::check::zero::contains(p);
+        #[cfg(not(feature = "secure"))]
+        {
+            let _ = p;
+            false
+        }
+    }
+
     /// Usable size of block `p`: at least what was asked for, exactly what can
     /// be used (`secure`: exactly what was asked for, as the bytes after it
-    /// are the block's canary).
+    /// are the block's canary; 0 for a zero-sized block).
     ///
     /// # Safety
     /// `p` must be a live block returned by this allocator.
     pub unsafe fn usable_size(p: *const u8) -> usize {
+        #[cfg(feature = "secure")]
+        if crate::check::zero::contains(p) {
+            return 0;
+        }
         let seg = segment_of(p);
         // SAFETY: p is a live hakmem block, so seg is its segment header.
         unsafe {
@@ -446,13 +479,23 @@ mod front {
     /// canaries are checked (as `free` checks them: `hakmem: heap
     /// overflow ... found by realloc()`); it is resized in place when
     /// `new_size` and its canary byte fit and use at least half of it; huge
-    /// blocks are always copied (each sits against its guard page).
+    /// blocks are always copied (each sits against its guard page), and a
+    /// zero-sized block (`check/zero.rs`) is replaced.
     ///
     /// # Safety
     /// `p` must be a live block returned by this allocator with `align`;
     /// `heap` as for [`alloc_generic`].
     #[cfg(feature = "secure")]
     unsafe fn realloc_secure(heap: *mut Heap, p: *mut u8, new_size: usize, align: usize) -> *mut u8 {
+        if crate::check::zero::contains(p) {
+            // A zero-sized block: nothing to copy.
+            // SAFETY: the caller's guarantee for heap.
+            let q = unsafe { alloc_in(heap, new_size, align) };
+            if !q.is_null() {
+                crate::check::zero::free(p, "realloc");
+            }
+            return q;
+        }
         let seg = segment_of(p);
         // SAFETY: p is a live hakmem block, so seg is its header and
         // page_of its page.

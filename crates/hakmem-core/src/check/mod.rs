@@ -1,5 +1,6 @@
 //! **Cross-cutting: checks of block contents** — the hardened build's
-//! layout constants, fills, canaries and reports (`secure`), and the
+//! layout constants, fills, canaries and reports, and its zero-sized
+//! blocks in a region no one can touch (`secure`), and the
 //! valgrind client requests that tell memcheck about blocks (`valgrind`).
 //! Both are hooks: every layer that hands out, frees or walks blocks calls
 //! them (`small`, `huge`, `thread::local`), and both compile to nothing —
@@ -11,3 +12,5 @@
 
 pub(crate) mod secure;
 pub(crate) mod valgrind;
+#[cfg(feature = "secure")]
+pub(crate) mod zero;

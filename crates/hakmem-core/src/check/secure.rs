@@ -1,5 +1,5 @@
 //! The `secure` build's layout constants and its checks of block contents:
-//! canaries after every block, the fill of free and fresh memory, and the
+//! canaries after every block, the zeroing of freed memory, and the
 //! reports (`hakmem: heap overflow`, `heap underflow`, `write after free`).
 //!
 //! Without the feature everything here is a constant that makes the
@@ -13,42 +13,42 @@
 //!   block hits one within 64 KiB.
 //! * A unit holding blocks starts with a 4 KiB table (`UNIT_TABLE_BYTES`):
 //!   the size each live block was asked for, a `u16` per block, then
-//!   `FILL` bytes. Blocks follow from `unit + 4 KiB`, so a linear overflow
+//!   `CANARY` bytes. Blocks follow from `unit + 4 KiB`, so a linear overflow
 //!   of one block never reaches a table without crossing a guard first.
 //!   Every span is one unit; larger blocks are huge (their own mapping,
 //!   the block placed against a guard page after it, a guard page before).
 //! * A block of `bs` bytes asked for `r` has `r + 1 <= bs` (`padded`):
-//!   bytes `[r, bs)` hold `FILL`, the canary, checked on `free` and
-//!   `realloc`. The last byte of every slot is therefore `FILL` in every
-//!   state (live: canary; free: fill; carved: fill) and is never written
-//!   after carving, so `free(p)` checks the byte before `p` (the previous
-//!   slot's last byte, or the table's) for underflows without racing the
-//!   previous block's owner.
-//! * A free block is `[link][freed mark][FILL ...]`: `free` fills `[16, r)`
-//!   (the canary already holds `FILL`), `malloc` checks the mark and
-//!   `[16, bs)` before handing the block out and overwrites the link and
-//!   the mark with `FILL`, so uninitialised and freed memory never shows
-//!   old data.
+//!   bytes `[r, bs)` are its canary, checked on `free` and `realloc`: a
+//!   zero at `r` (a C string that fills the block ends there, as one that
+//!   fills a block of exactly its size would in any other allocator), then
+//!   `CANARY` bytes.
+//! * A free block is `[link][freed mark][0 ...]`: `free` zeroes `[16, bs)`
+//!   (old data never survives a `free`), `malloc` checks the mark and that
+//!   `[16, bs)` is still zero before handing the block out, zeroes the link
+//!   and the mark and writes the canary, so a block reads as zero up to its
+//!   requested size (`calloc` has nothing left to clear). Blocks carved
+//!   from fresh OS memory are zero already; others are zeroed as carved.
+//! * The last byte of every slot is therefore zero or `CANARY` in every
+//!   state (live: the canary's; free or carved: zero), so `free(p)` checks
+//!   the byte before `p` (the previous slot's last byte, or the table's)
+//!   for underflows without racing the previous block's owner.
 
 #[cfg(feature = "secure")]
 use crate::os;
 
-/// The byte of canaries and of free and uninitialised memory (`secure`).
+/// The byte of canaries after a block's first canary byte (which is
+/// zero), and of the unit tables' padding (`secure`).
 #[cfg(feature = "secure")]
-pub(crate) const FILL: u8 = 0xDE;
-
-/// `FILL` in every byte of a word.
-#[cfg(feature = "secure")]
-const FILL_WORD: u64 = u64::from_ne_bytes([FILL; 8]);
+pub(crate) const CANARY: u8 = 0xDE;
 
 /// The smallest block of the secure build: a free block holds its link,
-/// its freed mark, and at least one `FILL` byte at its end.
+/// its freed mark, and at least one zero byte at its end.
 #[cfg(feature = "secure")]
 const SECURE_MIN_BLOCK: usize = 32;
 
 /// Bytes at the start of every unit holding blocks (`secure`): the table
 /// of requested sizes (a `u16` per block: at most 1792 blocks of 32 bytes
-/// fit the 56 KiB behind it) and `FILL` padding up to the first block.
+/// fit the 56 KiB behind it) and `CANARY` padding up to the first block.
 pub(crate) const UNIT_TABLE_BYTES: usize = if cfg!(feature = "secure") { 4096 } else { 0 };
 
 /// Largest block size served from a size class. `secure`: the largest class
@@ -126,26 +126,28 @@ pub(crate) extern "C" fn check_at_exit() {
     }
 }
 
-/// `FILL` bytes to compare free blocks with (`is_filled`).
+/// Bytes to compare blocks with: zeroes (`is_zero`) and `CANARY` bytes.
 #[cfg(feature = "secure")]
-static FILLED: [u8; 4096] = [FILL; 4096];
+static ZEROES: [u8; 4096] = [0; 4096];
+#[cfg(feature = "secure")]
+static CANARIES: [u8; 4096] = [CANARY; 4096];
 
-/// Whether the `len` bytes at `p` all hold `FILL`: compared with `FILLED`
-/// a page at a time by the C library's `memcmp`/`bcmp` (vectorised for
-/// the machine it runs on: twice as fast as the portable word loop on a
-/// block of a few hundred bytes).
+/// Whether the `len` bytes at `p` all equal the bytes of `pattern`:
+/// compared a page at a time by the C library's `memcmp`/`bcmp`
+/// (vectorised for the machine it runs on: twice as fast as the portable
+/// word loop on a block of a few hundred bytes).
 ///
 /// # Safety
 /// `[p, p + len)` must be readable.
 #[cfg(feature = "secure")]
 #[inline]
-pub(crate) unsafe fn is_filled(p: *const u8, len: usize) -> bool {
+unsafe fn holds(p: *const u8, len: usize, pattern: &[u8; 4096]) -> bool {
     let mut done = 0;
     while done < len {
-        let n = (len - done).min(FILLED.len());
+        let n = (len - done).min(pattern.len());
         // SAFETY: the caller's guarantee; n bytes from done lie inside.
         let bytes = unsafe { core::slice::from_raw_parts(p.add(done), n) };
-        if bytes != &FILLED[..n] {
+        if bytes != &pattern[..n] {
             return false;
         }
         done += n;
@@ -153,18 +155,89 @@ pub(crate) unsafe fn is_filled(p: *const u8, len: usize) -> bool {
     true
 }
 
-/// The offset of the first byte of `[p, p + len)` that is not `FILL`.
+/// Whether the `len` bytes at `p` are all zero (a free block's body).
+///
+/// # Safety
+/// `[p, p + len)` must be readable.
+#[cfg(feature = "secure")]
+#[inline]
+pub(crate) unsafe fn is_zero(p: *const u8, len: usize) -> bool {
+    // SAFETY: the caller's guarantee.
+    unsafe { holds(p, len, &ZEROES) }
+}
+
+/// Whether the `len` bytes at `p` all hold `CANARY` (the canary in front
+/// of a huge block).
+///
+/// # Safety
+/// `[p, p + len)` must be readable.
+#[cfg(feature = "secure")]
+#[inline]
+pub(crate) unsafe fn is_canary_fill(p: *const u8, len: usize) -> bool {
+    // SAFETY: the caller's guarantee.
+    unsafe { holds(p, len, &CANARIES) }
+}
+
+/// The offset of the first byte of `[p, p + len)` that is not zero.
 ///
 /// # Safety
 /// `[p, p + len)` must be readable.
 #[cfg(feature = "secure")]
 #[cold]
-pub(crate) unsafe fn first_unfilled(p: *const u8, len: usize) -> Option<usize> {
+pub(crate) unsafe fn first_nonzero(p: *const u8, len: usize) -> Option<usize> {
     // SAFETY: the caller's guarantee.
-    (0..len).find(|&i| unsafe { *p.add(i) } != FILL)
+    (0..len).find(|&i| unsafe { *p.add(i) } != 0)
 }
 
-/// Writes `FILL` over `[p, p + len)`.
+/// Whether the canary `[p, p + len)` is intact: a zero byte, then `CANARY`
+/// bytes (true for `len == 0`).
+///
+/// # Safety
+/// `[p, p + len)` must be readable.
+#[cfg(feature = "secure")]
+#[inline]
+pub(crate) unsafe fn canary_intact(p: *const u8, len: usize) -> bool {
+    // SAFETY: the caller's guarantee.
+    unsafe { len == 0 || (*p == 0 && holds(p.add(1), len - 1, &CANARIES)) }
+}
+
+/// The offset of the first byte of the canary `[p, p + len)` that is not
+/// what `write_canary` wrote there.
+///
+/// # Safety
+/// `[p, p + len)` must be readable.
+#[cfg(feature = "secure")]
+#[cold]
+pub(crate) unsafe fn first_bad_canary(p: *const u8, len: usize) -> Option<usize> {
+    // SAFETY: the caller's guarantee.
+    (0..len).find(|&i| unsafe { *p.add(i) } != if i == 0 { 0 } else { CANARY })
+}
+
+/// Writes a canary over `[p, p + len)`: a zero byte, then `CANARY` bytes.
+///
+/// # Safety
+/// `[p, p + len)` must be writable and the caller's.
+#[cfg(feature = "secure")]
+#[inline]
+pub(crate) unsafe fn write_canary(p: *mut u8, len: usize) {
+    if len > 0 {
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            *p = 0;
+            fill(p.add(1), len - 1);
+        }
+    }
+}
+
+/// Whether byte `b`, the last of a slot, is one a slot's last byte holds
+/// in some state: zero (free or carved, or a canary's zero) or `CANARY`.
+#[cfg(feature = "secure")]
+#[inline(always)]
+pub(crate) fn is_slot_end(b: u8) -> bool {
+    b == 0 || b == CANARY
+}
+
+/// Writes `CANARY` over `[p, p + len)`.
 ///
 /// # Safety
 /// `[p, p + len)` must be writable and the caller's.
@@ -172,21 +245,32 @@ pub(crate) unsafe fn first_unfilled(p: *const u8, len: usize) -> Option<usize> {
 #[inline]
 pub(crate) unsafe fn fill(p: *mut u8, len: usize) {
     // SAFETY: the caller's guarantee.
-    unsafe { core::ptr::write_bytes(p, FILL, len) };
+    unsafe { core::ptr::write_bytes(p, CANARY, len) };
 }
 
-/// Writes `FILL` over the two words of a block that hold its link and its
-/// freed mark while it is free (`malloc`, handing the block out).
+/// Writes zeroes over `[p, p + len)`.
+///
+/// # Safety
+/// `[p, p + len)` must be writable and the caller's.
+#[cfg(feature = "secure")]
+#[inline]
+pub(crate) unsafe fn zero(p: *mut u8, len: usize) {
+    // SAFETY: the caller's guarantee.
+    unsafe { core::ptr::write_bytes(p, 0, len) };
+}
+
+/// Zeroes the two words of a block that hold its link and its freed mark
+/// while it is free (`malloc`, handing the block out).
 ///
 /// # Safety
 /// `block` must be a block of at least 16 bytes the caller holds.
 #[cfg(feature = "secure")]
 #[inline(always)]
-pub(crate) unsafe fn fill_header(block: *mut u8) {
+pub(crate) unsafe fn clear_header(block: *mut u8) {
     // SAFETY: the caller's guarantee; blocks are 16-byte aligned.
     unsafe {
-        (block as *mut u64).write(FILL_WORD);
-        (block as *mut u64).add(1).write(FILL_WORD);
+        (block as *mut u64).write(0);
+        (block as *mut u64).add(1).write(0);
     }
 }
 
@@ -250,24 +334,53 @@ mod tests {
     extern crate std;
 
     #[test]
-    fn is_filled_finds_any_other_byte_at_any_offset_and_alignment() {
-        let mut buf = [FILL; 200];
+    fn zero_and_canary_checks_find_any_other_byte_at_any_offset_and_alignment() {
+        let mut zeroes = [0u8; 200];
+        let mut canary = [CANARY; 200];
         for start in 0..16 {
             for len in 0..(200 - start) {
-                // SAFETY: the range lies inside buf.
-                assert!(unsafe { is_filled(buf.as_ptr().add(start), len) });
+                canary[start] = 0;
+                // SAFETY: the ranges lie inside the buffers.
+                unsafe {
+                    assert!(is_zero(zeroes.as_ptr().add(start), len));
+                    assert!(canary_intact(canary.as_ptr().add(start), len));
+                }
                 for bad in [start, start + len / 2, start + len.saturating_sub(1)] {
                     if len == 0 {
                         continue;
                     }
-                    buf[bad] = 0;
+                    zeroes[bad] = CANARY;
+                    let was = canary[bad];
+                    canary[bad] = if bad == start { CANARY } else { 0 };
                     // SAFETY: as above.
                     unsafe {
-                        assert!(!is_filled(buf.as_ptr().add(start), len), "{start} {len} {bad}");
-                        assert_eq!(first_unfilled(buf.as_ptr().add(start), len), Some(bad - start));
+                        assert!(!is_zero(zeroes.as_ptr().add(start), len), "{start} {len} {bad}");
+                        assert_eq!(first_nonzero(zeroes.as_ptr().add(start), len), Some(bad - start));
+                        assert!(!canary_intact(canary.as_ptr().add(start), len), "{start} {len} {bad}");
+                        assert_eq!(first_bad_canary(canary.as_ptr().add(start), len), Some(bad - start));
                     }
-                    buf[bad] = FILL;
+                    zeroes[bad] = 0;
+                    canary[bad] = was;
                 }
+                canary[start] = CANARY;
+            }
+        }
+    }
+
+    #[test]
+    fn write_canary_writes_what_canary_intact_accepts() {
+        for len in 0..40 {
+            let mut buf = [0x55u8; 48];
+            // SAFETY: len < 48 bytes of buf.
+            unsafe {
+                write_canary(buf.as_mut_ptr().add(4), len);
+                assert!(canary_intact(buf.as_ptr().add(4), len));
+            }
+            assert_eq!(buf[3], 0x55);
+            assert_eq!(buf[4 + len], 0x55);
+            if len > 0 {
+                assert_eq!(buf[4], 0);
+                assert!(is_slot_end(buf[3 + len]));
             }
         }
     }

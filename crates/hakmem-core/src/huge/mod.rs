@@ -416,7 +416,8 @@ mod tests {
     }
 
     /// `secure`: the block ends against the guard page (sizes that are
-    /// multiples of 16), its canaries hold `FILL`, and the guard pages
+    /// multiples of 16), its canary after it starts with a zero (a C
+    /// string filling the block ends there), and the guard pages
     /// before and after it are inaccessible.
     #[test]
     #[cfg(feature = "secure")]
@@ -451,6 +452,9 @@ mod tests {
                 }
                 assert_eq!(huge_check(s, p, "test"), size);
                 assert_eq!(*p.add(size - 1), 0, "fresh memory");
+                if guard > p as usize + size {
+                    assert_eq!(*p.add(size), 0, "{size}: the canary's first byte");
+                }
                 huge_free(s, p);
             }
         }

@@ -18,7 +18,7 @@ use core::ptr;
 /// * alignments up to an OS page: the block ends against the last guard
 ///   page, at a multiple of 16 (a 1-byte overflow of a block whose size is
 ///   a multiple of 16 faults at once), and starts in the first page after
-///   the guards before it, whose bytes in front of it are canary (`FILL`);
+///   the guards before it, whose bytes in front of it are canary (`CANARY`);
 /// * larger alignments: the block at the offset of its alignment (a page
 ///   boundary, so the guard is right before it), the bytes between its end
 ///   and the last guard page canary.
@@ -107,7 +107,7 @@ pub(super) fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
         let first = base.add(PAGE_SIZE + block_pages_at);
         secure::fill(first, p as usize - first as usize);
         let end = p.add(size);
-        secure::fill(end, base.add(total - page) as usize - end as usize);
+        secure::write_canary(end, base.add(total - page) as usize - end as usize);
         publish(segment, total, offset);
         (*segment).huge_size = size;
     }
@@ -246,7 +246,7 @@ pub(super) unsafe fn quarantine_reuse(
         }
         secure::fill(first, p as usize - first as usize);
         let end = p.add(size);
-        secure::fill(end, guard as usize - end as usize);
+        secure::write_canary(end, guard as usize - end as usize);
         (*segment).huge_block_offset = offset;
         (*segment).huge_size = size;
         crate::policy::huge_hit(mapping);
@@ -307,8 +307,9 @@ pub(super) unsafe fn quarantine_put(segment: *mut Segment, delay: i64) -> *mut S
 }
 
 /// Checks the canaries around huge block `p` of `segment` (`secure`): the
-/// bytes between the guard before it and its start, and between its end
-/// and the guard after it, hold `FILL` (else `hakmem: heap overflow` or
+/// bytes between the guard before it and its start hold `CANARY`, those
+/// between its end and the guard after it a zero then `CANARY` (else
+/// `hakmem: heap overflow` or
 /// `underflow ... found by <found_by>`). Returns the block's size.
 ///
 /// # Safety
@@ -324,8 +325,8 @@ pub(crate) unsafe fn huge_check(segment: *const Segment, p: *const u8, found_by:
         let end = p.add(size);
         let guard = (segment as *const u8).add((*segment).mapping_size - page);
         let tail = guard as usize - end as usize;
-        if !secure::is_filled(end, tail) {
-            let at = secure::first_unfilled(end, tail).unwrap_or(0);
+        if !secure::canary_intact(end, tail) {
+            let at = secure::first_bad_canary(end, tail).unwrap_or(0);
             secure::report(
                 secure::Corruption::Overflow,
                 p,
@@ -335,7 +336,7 @@ pub(crate) unsafe fn huge_check(segment: *const Segment, p: *const u8, found_by:
             );
         }
         let head = p as usize - first as usize;
-        if !secure::is_filled(first, head) {
+        if !secure::is_canary_fill(first, head) {
             secure::report(secure::Corruption::Underflow, p, Some(size), -1, found_by);
         }
         size

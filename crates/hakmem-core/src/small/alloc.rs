@@ -189,7 +189,8 @@ unsafe fn alloc_zeroed_slow(heap: *mut Heap, class: usize, size: usize) -> *mut 
 }
 
 /// Pops a block of `page` (which has one) for `calloc` and clears what may
-/// not be zero: only the link word of a block fresh from the OS.
+/// not be zero: only the link word of a block fresh from the OS (nothing
+/// in the `secure` build).
 ///
 /// # Safety
 /// `page` must be a page of `heap`, the calling thread's, with a free block.
@@ -199,7 +200,11 @@ unsafe fn zeroed_from(heap: *mut Heap, page: *mut Page, class: usize, size: usiz
     unsafe {
         (*heap).counts.count_alloc(class);
         let (p, fresh) = (*page).pop_fresh(size);
-        let dirty = if fresh {
+        // `secure`: every block is handed out zero up to `size` (its body
+        // checked zero, its link and mark cleared: check/secure.rs).
+        let dirty = if cfg!(feature = "secure") {
+            0
+        } else if fresh {
             size.min(core::mem::size_of::<usize>())
         } else {
             size

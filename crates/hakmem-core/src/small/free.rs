@@ -97,6 +97,10 @@ unsafe fn free_owned(heap: *mut Heap, seg: *mut Segment, page: *mut Page, p: *mu
 pub unsafe fn check_block(p: *const u8, function: &str) -> bool {
     let seg = segment_of(p);
     if !segment_map::is_segment(seg) {
+        #[cfg(feature = "secure")]
+        if crate::check::zero::contains(p) {
+            return crate::check::zero::check(p, function);
+        }
         os::report_pointer(function, "invalid pointer (not allocated by hakmem)", p);
         return false;
     }
@@ -180,6 +184,10 @@ pub(crate) unsafe fn free_checked_in(heap: *mut Heap, p: *mut u8) {
 #[cold]
 #[inline(never)]
 fn free_invalid(p: *mut u8) {
+    #[cfg(feature = "secure")]
+    if crate::check::zero::contains(p) {
+        return crate::check::zero::free(p, "free");
+    }
     if !p.is_null() {
         os::report_pointer("free", "invalid pointer (not allocated by hakmem)", p);
     }

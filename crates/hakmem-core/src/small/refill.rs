@@ -178,8 +178,9 @@ pub(crate) unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_
         let bytes = units * PAGE_SIZE - secure::UNIT_TABLE_BYTES - secure::guard_bytes();
         let block_size = if class == LARGE_CLASS { bytes } else { block_size };
         (*page).init(class, block_size, start, units as u32, bytes, fresh);
-        // `secure`: the table's bytes read as `FILL` until their blocks are
-        // handed out; the last one, in front of the first block, always.
+        // `secure`: the table's bytes read as `CANARY` until their blocks
+        // are handed out (a size slot of 0xDEDE: never handed out); the
+        // last one, in front of the first block, always.
         #[cfg(feature = "secure")]
         secure::fill((*seg).page_start(first), secure::UNIT_TABLE_BYTES);
         for k in 1..units {

@@ -26,20 +26,21 @@ impl Page {
     }
 
     /// `secure`: checks live block `p` of this page — its canary (`[size,
-    /// block_size)` all `FILL`, else `hakmem: heap overflow`) and the byte
-    /// before it (the previous slot's last byte, or the table's, always
-    /// `FILL`; else `hakmem: heap underflow`) — and returns the size it
-    /// was asked for. `found_by` names the caller in a report.
+    /// block_size)`: a zero, then `CANARY` bytes; else `hakmem: heap
+    /// overflow`) and the byte before it (the previous slot's last byte, or
+    /// the table's: zero or `CANARY` in every state; else `hakmem: heap
+    /// underflow`) — and returns the size it was asked for. `found_by`
+    /// names the caller in a report.
     pub(crate) fn check_live(&self, p: *const u8, found_by: &str) -> usize {
         let size = self.requested_size(p);
         let bs = self.block_size;
         // SAFETY: p is a live block of this page: its slot and the byte
         // before it (the previous slot's, or the unit table's) are mapped.
         unsafe {
-            if size >= bs || !secure::is_filled(p.add(size), bs - size) {
+            if size >= bs || !secure::canary_intact(p.add(size), bs - size) {
                 self.report_overflow(p, size, found_by);
             }
-            if *p.sub(1) != secure::FILL {
+            if !secure::is_slot_end(*p.sub(1)) {
                 secure::report(secure::Corruption::Underflow, p, Some(size), -1, found_by);
             }
         }
@@ -51,7 +52,7 @@ impl Page {
     pub(super) fn report_overflow(&self, p: *const u8, size: usize, found_by: &str) -> ! {
         let bs = self.block_size;
         // SAFETY: p is a live block of this page (see `check_live`).
-        let offset = match unsafe { secure::first_unfilled(p.add(size.min(bs)), bs - size.min(bs)) } {
+        let offset = match unsafe { secure::first_bad_canary(p.add(size.min(bs)), bs - size.min(bs)) } {
             Some(i) => size + i,
             None => bs,
         };
@@ -70,7 +71,7 @@ impl Page {
         let offset = unsafe {
             match (0..8).find(|&i| *p.add(8 + i) != mark[i]) {
                 Some(i) => 8 + i,
-                None => secure::first_unfilled(p.add(16), bs - 16).map_or(0, |i| 16 + i),
+                None => secure::first_nonzero(p.add(16), bs - 16).map_or(0, |i| 16 + i),
             }
         };
         let size = self.requested_size(p);
@@ -96,14 +97,22 @@ impl Page {
     }
 
     /// `secure`: gives live block `p` of this page the requested size
-    /// `size` (`realloc` in place; `padded(size) <= block_size`): bytes it
-    /// no longer covers become canary again.
+    /// `size` (`realloc` in place; `padded(size) <= block_size`): its
+    /// canary moves to `size` (bytes it no longer covers become canary;
+    /// bytes it covers anew keep what the canary held, as `realloc` leaves
+    /// them undefined).
     pub(crate) fn set_requested_size(&self, p: *mut u8, size: usize) {
         debug_assert!(secure::padded(size) <= self.block_size);
         let old = self.requested_size(p);
-        if size < old {
-            // SAFETY: p is the caller's live block; [size, old) was its data.
-            unsafe { secure::fill(p.add(size), old - size) };
+        // SAFETY: p is the caller's live block: [size, old] lies inside
+        // its slot (old < block_size: checked by the caller's check_live),
+        // and the byte at size too (size < block_size).
+        unsafe {
+            if size < old {
+                secure::write_canary(p.add(size), old + 1 - size);
+            } else if size > old {
+                *p.add(size) = 0;
+            }
         }
         // Relaxed: see `on_alloc`.
         self.size_slot(self.block_index(p) as usize)
@@ -125,7 +134,7 @@ impl Page {
                 // SAFETY: b is a free block of this page (its lists hold
                 // only block starts: next_checked checks every link).
                 unsafe {
-                    if (*b).freed != freed_mark(self) || !secure::is_filled(p.add(16), bs - 16) {
+                    if (*b).freed != freed_mark(self) || !secure::is_zero(p.add(16), bs - 16) {
                         self.report_write_after_free(p, found_by);
                     }
                 }

@@ -438,11 +438,11 @@ impl Page {
 
     /// Hands `block`, just taken off `free`, to a caller who asked for
     /// `size` bytes: clears its freed mark. `secure`: first checks that
-    /// nothing wrote to it while it was free (the mark, and `FILL` in
-    /// `[16, block_size)`; else `hakmem: write after free`), then writes
-    /// `FILL` over its link and mark (so the block reads as `FILL` up to its
-    /// end), notes `size` in the unit's table and clears the block's bit in
-    /// the free bitmap.
+    /// nothing wrote to it while it was free (the mark, and zero in `[16,
+    /// block_size)`; else `hakmem: write after free`), then zeroes its link
+    /// and mark (so the block reads as zero up to `size`), writes its
+    /// canary over `[size, block_size)`, notes `size` in the unit's table
+    /// and clears the block's bit in the free bitmap.
     #[inline(always)]
     pub(crate) fn on_alloc(&self, block: *mut Block, _size: usize) {
         #[cfg(not(feature = "secure"))]
@@ -457,10 +457,13 @@ impl Page {
             // SAFETY: block is a free block of this page (at least 32
             // bytes), now the caller's; its size slot is in the unit's table.
             unsafe {
-                if (*block).freed != freed_mark(self) || !secure::is_filled(p.add(16), self.block_size - 16) {
+                let bs = self.block_size;
+                if (*block).freed != freed_mark(self) || !secure::is_zero(p.add(16), bs - 16) {
                     self.report_write_after_free(p, "malloc()");
                 }
-                secure::fill_header(p);
+                secure::clear_header(p);
+                // `padded`: _size < bs.
+                secure::write_canary(p.add(_size), bs - _size);
                 // Relaxed: the block's holder alone writes its slot; a
                 // thread that frees it later got it through whatever
                 // synchronisation handed the block over.
@@ -489,19 +492,17 @@ impl Page {
     }
 
     /// Checks live block `p`, about to be freed, for a heap overflow or
-    /// underflow, then fills what it held with `FILL` (`secure`; nothing
-    /// otherwise). The caller has ruled out a double free and writes the
-    /// block's link and freed mark afterwards.
+    /// underflow, then zeroes it past the link and mark words (`secure`;
+    /// nothing otherwise). The caller has ruled out a double free and
+    /// writes the block's link and freed mark afterwards.
     #[inline(always)]
     pub(crate) fn on_free(&self, _p: *mut u8) {
         #[cfg(feature = "secure")]
         {
-            let size = self.check_live(_p, "free()");
-            if size > MIN_BLOCK_SIZE {
-                // SAFETY: the block's first `size` bytes are the freeing
-                // caller's; its first 16 receive the link and the mark.
-                unsafe { secure::fill(_p.add(MIN_BLOCK_SIZE), size - MIN_BLOCK_SIZE) };
-            }
+            self.check_live(_p, "free()");
+            // SAFETY: the block's slot is the freeing caller's; its first
+            // 16 bytes receive the link and the mark.
+            unsafe { secure::zero(_p.add(MIN_BLOCK_SIZE), self.block_size - MIN_BLOCK_SIZE) };
         }
     }
 
@@ -606,11 +607,13 @@ impl Page {
         unsafe {
             crate::check::valgrind::undefined(self.start().add(base * bs), n * bs);
             let block = |i: u16| self.start().add((base + i as usize) * bs) as *mut Block;
-            // `secure`: the new blocks read as `FILL` and carry the freed
-            // mark, as every free block does.
+            // `secure`: the new blocks read as zero (fresh OS memory is)
+            // and carry the freed mark, as every free block does.
             #[cfg(feature = "secure")]
             {
-                secure::fill(block(0) as *mut u8, n * bs);
+                if !self.zero_init {
+                    secure::zero(block(0) as *mut u8, n * bs);
+                }
                 for i in 0..n {
                     (*block(i as u16)).freed = freed_mark(self);
                 }
@@ -667,7 +670,8 @@ impl Page {
 
     /// Pops a block from `free` (which must be non-empty) for `size` bytes
     /// and tells whether it is fresh: all zero but its first word (see the
-    /// module docs; never in `secure` builds, which fill every block).
+    /// module docs; never in `secure` builds, whose free blocks all carry
+    /// the freed mark).
     pub(crate) fn pop_fresh(&mut self, size: usize) -> (*mut u8, bool) {
         debug_assert!(!self.free.is_null());
         crate::check::valgrind::header_access(self.free);

@@ -46,6 +46,8 @@ fn page_over(span: &mut Span, block_size: usize) -> Page {
 /// Frees `block` of `page` as the owner's `free` does, but for the
 /// checks (the freed mark, then the push).
 fn free_local(page: &mut Page, block: *mut u8) {
+    // `secure`: the checks and the zeroing of `free`.
+    page.on_free(block);
     // SAFETY: block is a handed-out block of page.
     unsafe { (*(block as *mut Block)).freed = freed_mark(page) };
     page.push(block as *mut Block);
@@ -312,32 +314,34 @@ fn secure_reuse_is_delayed_and_shuffled() {
     assert!(orders.len() > 1, "the order of reuse is random: {orders:?}");
 }
 
-/// `secure`: a block hands out as `FILL` from its first byte to its
-/// last, notes its requested size, and its canary is checked.
+/// `secure`: a block hands out as zero up to its requested size, then its
+/// canary (a zero, then `CANARY` bytes) to its last byte; it notes its
+/// requested size, its canary is checked and moves with `realloc` in
+/// place, and `free` zeroes it.
 #[test]
 #[cfg(feature = "secure")]
-fn secure_blocks_are_filled_and_sized() {
+fn secure_blocks_are_zeroed_sized_and_guarded() {
+    use crate::check::secure::{canary_intact, is_zero, CANARY};
     let mut span = Span::new(4096);
     let mut page = page_over(&mut span, 48);
     assert!(page.extend());
     let p = page.pop(20);
     // SAFETY: p is a 48-byte block of the span, handed out.
     unsafe {
-        assert!(crate::check::secure::is_filled(p, 48));
+        assert!(is_zero(p, 20), "a new block reads as zero");
+        assert!(canary_intact(p.add(20), 28), "its canary follows");
         assert_eq!(page.requested_size(p), 20);
         assert_eq!(page.check_live(p, "test"), 20);
         p.write_bytes(7, 20);
         page.set_requested_size(p, 8);
-        assert!(
-            crate::check::secure::is_filled(p.add(8), 40),
-            "bytes past the new size are canary"
-        );
-        page.on_free(p);
-        assert!(
-            crate::check::secure::is_filled(p.add(16), 32),
-            "free fills what the block held"
-        );
+        assert!(canary_intact(p.add(8), 40), "bytes past the new size are canary");
+        page.set_requested_size(p, 30);
+        assert_eq!(*p.add(30), 0, "a grown block's canary starts at its new size");
+        assert_eq!(*p.add(31), CANARY);
+        assert_eq!(page.check_live(p, "test"), 30);
     }
     free_local(&mut page, p);
+    // SAFETY: p's slot lies in the span.
+    assert!(unsafe { is_zero(p.add(16), 32) }, "free zeroes what the block held");
     page.check_free_blocks("test");
 }

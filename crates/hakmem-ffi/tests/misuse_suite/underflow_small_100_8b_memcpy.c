@@ -1,0 +1,20 @@
+/*
+ * Heap underflow of a 100 B block: 8 B written just before its start with
+ * memcpy; then the block is freed.
+ *
+ * A stopping allocator faults on the write (guard page) or aborts in the
+ * free() that follows it (header or canary check).
+ */
+// expect: stop
+#include "misuse.h"
+
+int main(void) {
+    char *p = must_malloc(100);
+    memset(p, 0x11, 100);
+    memcpy(p - 8, "XXXXXXXX", 8); /* the misuse */
+    misuse_done();
+    free(p);
+    after_misuse_work();
+    return reached_end();
+}
+

@@ -53,13 +53,16 @@ fn the_secure_library_stops_every_misuse_of_the_suite() {
         }
         cases += 1;
         let (name, expect, outcome) = (cells[1], cells[2], cells[3]);
-        let want = match expect {
-            "ok" => "ok",
-            _ if LATE.contains(&name) => "late",
-            _ => "stopped",
+        // A case of `LATE` may also be stopped at once (its block handed
+        // out again before the program ends, which the random order of
+        // reuse allows).
+        let want: &[&str] = match expect {
+            "ok" => &["ok"],
+            _ if LATE.contains(&name) => &["late", "stopped"],
+            _ => &["stopped"],
         };
-        if !outcome.starts_with(want) {
-            wrong.push(format!("{name} ({expect}): {outcome}, expected {want}"));
+        if !want.iter().any(|w| outcome.starts_with(w)) {
+            wrong.push(format!("{name} ({expect}): {outcome}, expected {}", want.join(" or ")));
         }
     }
     assert!(cases >= 60, "only {cases} cases in the suite's table:\n{tables}");

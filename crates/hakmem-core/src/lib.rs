@@ -490,7 +490,7 @@ mod front {
         if crate::check::zero::contains(p) {
             // A zero-sized block: nothing to copy.
             // SAFETY: the caller's guarantee for heap.
-            let q = unsafe { alloc_in(heap, new_size, align) };
+            let q = unsafe { alloc_in_checked(heap, new_size, align) };
             if !q.is_null() {
                 crate::check::zero::free(p, "realloc");
             }

@@ -17,21 +17,22 @@
 //!   of one block never reaches a table without crossing a guard first.
 //!   Every span is one unit; larger blocks are huge (their own mapping,
 //!   the block placed against a guard page after it, a guard page before).
+//! * The last byte of every slot is zero from carving on and never
+//!   written by hakmem (the table's last byte, in front of the first block,
+//!   too), so `free(p)` checks the byte before `p` for underflows without
+//!   racing the previous block's holder, who writes only the bytes before.
 //! * A block of `bs` bytes asked for `r` has `r + 1 <= bs` (`padded`):
 //!   bytes `[r, bs)` are its canary, checked on `free` and `realloc`: a
 //!   zero at `r` (a C string that fills the block ends there, as one that
 //!   fills a block of exactly its size would in any other allocator), then
-//!   `CANARY` bytes.
-//! * A free block is `[link][freed mark][0 ...]`: `free` zeroes `[16, bs)`
-//!   (old data never survives a `free`), `malloc` checks the mark and that
-//!   `[16, bs)` is still zero before handing the block out, zeroes the link
-//!   and the mark and writes the canary, so a block reads as zero up to its
-//!   requested size (`calloc` has nothing left to clear). Blocks carved
-//!   from fresh OS memory are zero already; others are zeroed as carved.
-//! * The last byte of every slot is therefore zero or `CANARY` in every
-//!   state (live: the canary's; free or carved: zero), so `free(p)` checks
-//!   the byte before `p` (the previous slot's last byte, or the table's)
-//!   for underflows without racing the previous block's owner.
+//!   `CANARY` bytes, then the slot's last byte, zero.
+//! * A free block is `[link][freed mark][0 ...]`: `free` zeroes `[16, bs -
+//!   1)` (old data never survives a `free`), `malloc` checks the mark and
+//!   that `[16, bs)` is still zero before handing the block out, zeroes the
+//!   link and the mark and writes the canary, so a block reads as zero up
+//!   to its requested size (`calloc` has nothing left to clear). Blocks
+//!   carved from fresh OS memory are zero already; others are zeroed as
+//!   carved.
 
 #[cfg(feature = "secure")]
 use crate::os;
@@ -189,8 +190,9 @@ pub(crate) unsafe fn first_nonzero(p: *const u8, len: usize) -> Option<usize> {
     (0..len).find(|&i| unsafe { *p.add(i) } != 0)
 }
 
-/// Whether the canary `[p, p + len)` is intact: a zero byte, then `CANARY`
-/// bytes (true for `len == 0`).
+/// Whether the canary `[p, p + len)` is intact: a zero byte, `CANARY`
+/// bytes, and a zero as its last byte (the slot's, never written after
+/// carving); true for `len == 0`.
 ///
 /// # Safety
 /// `[p, p + len)` must be readable.
@@ -198,7 +200,7 @@ pub(crate) unsafe fn first_nonzero(p: *const u8, len: usize) -> Option<usize> {
 #[inline]
 pub(crate) unsafe fn canary_intact(p: *const u8, len: usize) -> bool {
     // SAFETY: the caller's guarantee.
-    unsafe { len == 0 || (*p == 0 && holds(p.add(1), len - 1, &CANARIES)) }
+    unsafe { len == 0 || (*p == 0 && *p.add(len - 1) == 0 && holds(p.add(1), len.saturating_sub(2), &CANARIES)) }
 }
 
 /// The offset of the first byte of the canary `[p, p + len)` that is not
@@ -210,31 +212,27 @@ pub(crate) unsafe fn canary_intact(p: *const u8, len: usize) -> bool {
 #[cold]
 pub(crate) unsafe fn first_bad_canary(p: *const u8, len: usize) -> Option<usize> {
     // SAFETY: the caller's guarantee.
-    (0..len).find(|&i| unsafe { *p.add(i) } != if i == 0 { 0 } else { CANARY })
+    (0..len).find(|&i| unsafe { *p.add(i) } != if i == 0 || i == len - 1 { 0 } else { CANARY })
 }
 
-/// Writes a canary over `[p, p + len)`: a zero byte, then `CANARY` bytes.
+/// Writes a canary over `[p, p + len)` whose last byte is zero already
+/// (a slot's last byte: zero from carving on, and never written, since
+/// `free` of the next block reads it without synchronisation): a zero
+/// byte, then `CANARY` bytes up to the last, which is left alone.
 ///
 /// # Safety
-/// `[p, p + len)` must be writable and the caller's.
+/// `[p, p + len - 1)` must be writable and the caller's; `p[len - 1]`
+/// readable and zero.
 #[cfg(feature = "secure")]
 #[inline]
 pub(crate) unsafe fn write_canary(p: *mut u8, len: usize) {
-    if len > 0 {
+    if len > 1 {
         // SAFETY: the caller's guarantee.
         unsafe {
             *p = 0;
-            fill(p.add(1), len - 1);
+            fill(p.add(1), len - 2);
         }
     }
-}
-
-/// Whether byte `b`, the last of a slot, is one a slot's last byte holds
-/// in some state: zero (free or carved, or a canary's zero) or `CANARY`.
-#[cfg(feature = "secure")]
-#[inline(always)]
-pub(crate) fn is_slot_end(b: u8) -> bool {
-    b == 0 || b == CANARY
 }
 
 /// Writes `CANARY` over `[p, p + len)`.
@@ -246,6 +244,22 @@ pub(crate) fn is_slot_end(b: u8) -> bool {
 pub(crate) unsafe fn fill(p: *mut u8, len: usize) {
     // SAFETY: the caller's guarantee.
     unsafe { core::ptr::write_bytes(p, CANARY, len) };
+}
+
+/// Fills a unit's table (`UNIT_TABLE_BYTES` at `table`) for a page taking
+/// the unit: `CANARY` bytes (a size slot reads 0xDEDE: never handed out),
+/// and a zero as the last byte, the one in front of the first block (see
+/// the module doc: it is never written again while blocks live there).
+///
+/// # Safety
+/// The table must be writable, and the unit hold no live block.
+#[cfg(feature = "secure")]
+pub(crate) unsafe fn fill_table(table: *mut u8) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        fill(table, UNIT_TABLE_BYTES - 1);
+        *table.add(UNIT_TABLE_BYTES - 1) = 0;
+    }
 }
 
 /// Writes zeroes over `[p, p + len)`.
@@ -336,10 +350,13 @@ mod tests {
     #[test]
     fn zero_and_canary_checks_find_any_other_byte_at_any_offset_and_alignment() {
         let mut zeroes = [0u8; 200];
-        let mut canary = [CANARY; 200];
         for start in 0..16 {
             for len in 0..(200 - start) {
-                canary[start] = 0;
+                // A canary of len bytes at start: 0, CANARY..., 0.
+                let mut canary = [0x77u8; 200];
+                for (i, b) in canary[start..start + len].iter_mut().enumerate() {
+                    *b = if i == 0 || i == len - 1 { 0 } else { CANARY };
+                }
                 // SAFETY: the ranges lie inside the buffers.
                 unsafe {
                     assert!(is_zero(zeroes.as_ptr().add(start), len));
@@ -351,7 +368,7 @@ mod tests {
                     }
                     zeroes[bad] = CANARY;
                     let was = canary[bad];
-                    canary[bad] = if bad == start { CANARY } else { 0 };
+                    canary[bad] = if was == 0 { CANARY } else { 0 };
                     // SAFETY: as above.
                     unsafe {
                         assert!(!is_zero(zeroes.as_ptr().add(start), len), "{start} {len} {bad}");
@@ -362,25 +379,31 @@ mod tests {
                     zeroes[bad] = 0;
                     canary[bad] = was;
                 }
-                canary[start] = CANARY;
             }
         }
     }
 
     #[test]
-    fn write_canary_writes_what_canary_intact_accepts() {
+    fn write_canary_writes_what_canary_intact_accepts_and_never_the_last_byte() {
         for len in 0..40 {
             let mut buf = [0x55u8; 48];
+            if len > 0 {
+                buf[3 + len] = 0;
+            }
             // SAFETY: len < 48 bytes of buf.
             unsafe {
                 write_canary(buf.as_mut_ptr().add(4), len);
-                assert!(canary_intact(buf.as_ptr().add(4), len));
+                assert!(canary_intact(buf.as_ptr().add(4), len), "{len}");
             }
             assert_eq!(buf[3], 0x55);
             assert_eq!(buf[4 + len], 0x55);
             if len > 0 {
                 assert_eq!(buf[4], 0);
-                assert!(is_slot_end(buf[3 + len]));
+                assert_eq!(buf[3 + len], 0, "the last byte is left as it was");
+                buf[3 + len] = CANARY;
+                // SAFETY: as above.
+                let intact = unsafe { canary_intact(buf.as_ptr().add(4), len) };
+                assert!(!intact, "a written last byte is an overflow");
             }
         }
     }

@@ -2,16 +2,20 @@
 //! one can read or write (`PROT_NONE`), so a program that uses the bytes
 //! of a zero-sized block faults in that very access.
 //!
-//! The region is reserved once, at the first `malloc(0)`: `SLOTS` slots of
-//! 16 bytes (1 MiB of address space, no memory). A bitmap beside it (in
-//! this module's static data) says which slots are handed out; a cursor
-//! that only moves forward picks the next free one, so a freed slot comes
-//! back only after every other slot has been tried (a dangling pointer to
-//! a zero-sized block stays unique for as long as possible). `free`,
-//! `realloc` and `malloc_usable_size` know a slot by its address (one
-//! range compare, on the paths that found no segment) and check that it
-//! is handed out: a slot freed twice, or a pointer inside one, is
-//! reported as any other bad pointer.
+//! The region is reserved once, at the first `malloc(0)`: a whole 2 MiB
+//! window of the segment map (aligned to 2 MiB, so no segment or huge
+//! block can share the window: the map says "no segment" for every
+//! pointer into it), address space only, of `SLOTS` slots of 16 bytes.
+//! Slot 0 is never handed out: `segment_of` looks at `p - 1`, which for
+//! the window's first byte lies in the window before. A bitmap beside it
+//! (in this module's static data) says which slots are handed out; a
+//! cursor that only moves forward picks the next free one, so a freed
+//! slot comes back only after every other slot has been tried (a dangling
+//! pointer to a zero-sized block stays unique for as long as possible).
+//! `free`, `realloc` and `malloc_usable_size` know a slot by its address
+//! (one range compare, on the paths where the segment map found no
+//! segment) and check that it is handed out: a slot freed twice, or a
+//! pointer inside one, is reported as any other bad pointer.
 //!
 //! When the region cannot be had (the kernel refuses the mapping or the
 //! protection) or its slots run short, `malloc(0)` falls back to an
@@ -21,10 +25,10 @@ use crate::os;
 use crate::sync::plain::{AtomicU64, AtomicUsize};
 use crate::sync::Ordering;
 
+/// Bytes of the region: one window of the segment map.
+const REGION_BYTES: usize = crate::segment::SEGMENT_SIZE;
 /// Slots in the region (each 16 bytes: the alignment `malloc` promises).
-const SLOTS: usize = 1 << 16;
-/// Bytes of the region.
-const REGION_BYTES: usize = SLOTS * 16;
+const SLOTS: usize = REGION_BYTES / 16;
 /// Slots `alloc` tries before it gives up on the region.
 const TRIES: usize = 64;
 
@@ -45,7 +49,7 @@ fn region() -> usize {
     if base != 0 {
         return base;
     }
-    let p = os::map(REGION_BYTES);
+    let p = os::map_aligned(REGION_BYTES, REGION_BYTES, 0);
     // SAFETY: p is this call's own fresh mapping, nothing handed out.
     let ours = if !p.is_null() && unsafe { os::protect_none(p, REGION_BYTES) } {
         p as usize
@@ -81,6 +85,10 @@ pub(crate) fn alloc() -> *mut u8 {
     for _ in 0..TRIES {
         // Relaxed: the cursor only spreads the slots; the bit decides.
         let slot = CURSOR.fetch_add(1, Ordering::Relaxed) % SLOTS;
+        if slot == 0 {
+            // Its segment_of is the window before (see the module doc).
+            continue;
+        }
         let bit = 1u64 << (slot % 64);
         // Relaxed: the slot's memory is never touched; the bit alone says
         // who holds it, and each RMW sees every earlier one on the word.
@@ -170,5 +178,15 @@ mod tests {
         }
         assert!(!contains(core::ptr::null()));
         assert!(!contains(&again as *const _ as *const u8));
+        // The region is a window of the segment map of its own: every
+        // slot's segment_of is the region's start, which no segment holds.
+        // Relaxed: read after alloc's Acquire, in this thread.
+        let base = BASE.load(Ordering::Relaxed);
+        assert!(base.is_multiple_of(REGION_BYTES));
+        for &p in blocks.iter().chain(&again) {
+            assert_ne!(p as usize, base, "slot 0 is never handed out");
+            assert_eq!(crate::segment::segment_of(p) as usize, base);
+            assert!(!crate::segment::map::is_segment(crate::segment::segment_of(p)));
+        }
     }
 }

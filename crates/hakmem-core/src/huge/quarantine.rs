@@ -107,7 +107,7 @@ pub(super) fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
         let first = base.add(PAGE_SIZE + block_pages_at);
         secure::fill(first, p as usize - first as usize);
         let end = p.add(size);
-        secure::write_canary(end, base.add(total - page) as usize - end as usize);
+        huge_tail_canary(end, base.add(total - page) as usize - end as usize);
         publish(segment, total, offset);
         (*segment).huge_size = size;
     }
@@ -246,7 +246,7 @@ pub(super) unsafe fn quarantine_reuse(
         }
         secure::fill(first, p as usize - first as usize);
         let end = p.add(size);
-        secure::write_canary(end, guard as usize - end as usize);
+        huge_tail_canary(end, guard as usize - end as usize);
         (*segment).huge_block_offset = offset;
         (*segment).huge_size = size;
         crate::policy::huge_hit(mapping);
@@ -340,6 +340,24 @@ pub(crate) unsafe fn huge_check(segment: *const Segment, p: *const u8, found_by:
             secure::report(secure::Corruption::Underflow, p, Some(size), -1, found_by);
         }
         size
+    }
+}
+
+/// Writes the canary between a huge block's end and the guard after it,
+/// its last byte included (no other block's `free` reads it; the bytes may
+/// hold an earlier block's data).
+///
+/// # Safety
+/// `[end, end + len)` must be writable and belong to the caller's block's
+/// mapping.
+#[cfg(feature = "secure")]
+unsafe fn huge_tail_canary(end: *mut u8, len: usize) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        secure::write_canary(end, len);
+        if len > 0 {
+            *end.add(len - 1) = 0;
+        }
     }
 }
 

@@ -180,9 +180,9 @@ pub(crate) unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_
         (*page).init(class, block_size, start, units as u32, bytes, fresh);
         // `secure`: the table's bytes read as `CANARY` until their blocks
         // are handed out (a size slot of 0xDEDE: never handed out); the
-        // last one, in front of the first block, always.
+        // last one, in front of the first block, zero (secure.rs).
         #[cfg(feature = "secure")]
-        secure::fill((*seg).page_start(first), secure::UNIT_TABLE_BYTES);
+        secure::fill_table((*seg).page_start(first));
         for k in 1..units {
             (*seg).pages[first + k].head = page;
         }

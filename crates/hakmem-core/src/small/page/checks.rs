@@ -28,9 +28,9 @@ impl Page {
     /// `secure`: checks live block `p` of this page — its canary (`[size,
     /// block_size)`: a zero, then `CANARY` bytes; else `hakmem: heap
     /// overflow`) and the byte before it (the previous slot's last byte, or
-    /// the table's: zero or `CANARY` in every state; else `hakmem: heap
-    /// underflow`) — and returns the size it was asked for. `found_by`
-    /// names the caller in a report.
+    /// the table's: zero in every state; else `hakmem: heap underflow`) —
+    /// and returns the size it was asked for. `found_by` names the caller
+    /// in a report.
     pub(crate) fn check_live(&self, p: *const u8, found_by: &str) -> usize {
         let size = self.requested_size(p);
         let bs = self.block_size;
@@ -40,7 +40,7 @@ impl Page {
             if size >= bs || !secure::canary_intact(p.add(size), bs - size) {
                 self.report_overflow(p, size, found_by);
             }
-            if !secure::is_slot_end(*p.sub(1)) {
+            if *p.sub(1) != 0 {
                 secure::report(secure::Corruption::Underflow, p, Some(size), -1, found_by);
             }
         }
@@ -104,13 +104,13 @@ impl Page {
     pub(crate) fn set_requested_size(&self, p: *mut u8, size: usize) {
         debug_assert!(secure::padded(size) <= self.block_size);
         let old = self.requested_size(p);
-        // SAFETY: p is the caller's live block: [size, old] lies inside
-        // its slot (old < block_size: checked by the caller's check_live),
-        // and the byte at size too (size < block_size).
+        let bs = self.block_size;
+        // SAFETY: p is the caller's live block: [size, bs - 1) are its
+        // bytes to write (size < bs), its last byte zero (never written).
         unsafe {
             if size < old {
-                secure::write_canary(p.add(size), old + 1 - size);
-            } else if size > old {
+                secure::write_canary(p.add(size), bs - size);
+            } else if size > old && size < bs - 1 {
                 *p.add(size) = 0;
             }
         }

@@ -501,8 +501,9 @@ impl Page {
         {
             self.check_live(_p, "free()");
             // SAFETY: the block's slot is the freeing caller's; its first
-            // 16 bytes receive the link and the mark.
-            unsafe { secure::zero(_p.add(MIN_BLOCK_SIZE), self.block_size - MIN_BLOCK_SIZE) };
+            // 16 bytes receive the link and the mark, its last is zero and
+            // not written (check/secure.rs).
+            unsafe { secure::zero(_p.add(MIN_BLOCK_SIZE), self.block_size - MIN_BLOCK_SIZE - 1) };
         }
     }
 

@@ -16,7 +16,7 @@ impl Span {
         #[cfg(feature = "secure")]
         // SAFETY: the table lies inside the span's memory.
         unsafe {
-            crate::check::secure::fill(span.0.as_mut_ptr() as *mut u8, crate::check::secure::UNIT_TABLE_BYTES)
+            crate::check::secure::fill_table(span.0.as_mut_ptr() as *mut u8)
         };
         span
     }

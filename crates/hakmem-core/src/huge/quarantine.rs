@@ -308,7 +308,8 @@ pub(super) unsafe fn quarantine_put(segment: *mut Segment, delay: i64) -> *mut S
 
 /// Checks the canaries around huge block `p` of `segment` (`secure`): the
 /// bytes between the guard before it and its start hold `CANARY`, those
-/// between its end and the guard after it a zero then `CANARY` (else
+/// between its end and the guard after it a zero, `CANARY` bytes and a
+/// zero as the last (else
 /// `hakmem: heap overflow` or
 /// `underflow ... found by <found_by>`). Returns the block's size.
 ///
@@ -352,12 +353,13 @@ pub(crate) unsafe fn huge_check(segment: *const Segment, p: *const u8, found_by:
 /// mapping.
 #[cfg(feature = "secure")]
 unsafe fn huge_tail_canary(end: *mut u8, len: usize) {
-    // SAFETY: the caller's guarantee.
+    // SAFETY: the caller's guarantee; the last byte is zeroed first, as
+    // write_canary requires.
     unsafe {
-        secure::write_canary(end, len);
         if len > 0 {
             *end.add(len - 1) = 0;
         }
+        secure::write_canary(end, len);
     }
 }
 

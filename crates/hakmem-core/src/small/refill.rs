@@ -181,6 +181,7 @@ pub(crate) unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_
         // `secure`: the table's bytes read as `CANARY` until their blocks
         // are handed out (a size slot of 0xDEDE: never handed out); the
         // last one, in front of the first block, zero (secure.rs).
+        // The unit holds no live block: the span was free until now.
         #[cfg(feature = "secure")]
         secure::fill_table((*seg).page_start(first));
         for k in 1..units {

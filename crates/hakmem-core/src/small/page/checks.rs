@@ -26,7 +26,8 @@ impl Page {
     }
 
     /// `secure`: checks live block `p` of this page — its canary (`[size,
-    /// block_size)`: a zero, then `CANARY` bytes; else `hakmem: heap
+    /// block_size)`: a zero, `CANARY` bytes, and the slot's last byte,
+    /// zero; else `hakmem: heap
     /// overflow`) and the byte before it (the previous slot's last byte, or
     /// the table's: zero in every state; else `hakmem: heap underflow`) —
     /// and returns the size it was asked for. `found_by` names the caller

@@ -326,8 +326,13 @@ fn secure_blocks_are_zeroed_sized_and_guarded() {
     let mut page = page_over(&mut span, 48);
     assert!(page.extend());
     let p = page.pop(20);
-    // SAFETY: p is a 48-byte block of the span, handed out.
+    // SAFETY: p is a 48-byte block of the span, handed out; the byte
+    // before it is the unit table's last.
     unsafe {
+        // The table's last byte and the slot's last byte are zero and stay
+        // so: `free` of the next block reads them unsynchronised.
+        assert_eq!(*p.sub(1), 0, "the table's last byte");
+        assert_eq!(*p.add(47), 0);
         assert!(is_zero(p, 20), "a new block reads as zero");
         assert!(canary_intact(p.add(20), 28), "its canary follows");
         assert_eq!(page.requested_size(p), 20);
@@ -339,9 +344,23 @@ fn secure_blocks_are_zeroed_sized_and_guarded() {
         assert_eq!(*p.add(30), 0, "a grown block's canary starts at its new size");
         assert_eq!(*p.add(31), CANARY);
         assert_eq!(page.check_live(p, "test"), 30);
+        page.set_requested_size(p, 47);
+        assert_eq!(
+            page.check_live(p, "test"),
+            47,
+            "a one-byte canary: the slot's last byte"
+        );
+        p.write_bytes(9, 47);
+        page.set_requested_size(p, 10);
+        assert_eq!(*p.add(47), 0);
     }
     free_local(&mut page, p);
     // SAFETY: p's slot lies in the span.
     assert!(unsafe { is_zero(p.add(16), 32) }, "free zeroes what the block held");
+    // Every other carved slot's last byte is zero too.
+    for i in 0..page.capacity as usize {
+        // SAFETY: slot i lies in the span.
+        assert_eq!(unsafe { *page.start().add(i * 48 + 47) }, 0, "slot {i}");
+    }
     page.check_free_blocks("test");
 }

@@ -49,6 +49,9 @@
 //!       sweep; release_span waits for a NOTIFYING pusher first──▶ free
 //!   queued, parked, large ──the owner exits: heap_abandon────▶ abandoned
 //!   abandoned ──reclaim (another heap adopts the segment): settle──▶ queued, parked or free
+//!   abandoned ──tidying (abandon::tidy_abandoned, after another heap's
+//!       reclaim, under the purge lock): collect_remote; release_span
+//!       when used reaches 0──▶ free, or abandoned again (pushed back)
 //! ```
 //!
 //! `settle` (page_queue.rs) is the one place that decides between queued,

@@ -67,8 +67,9 @@ const char *hakmem_version(void);
 
 /**
  * Non-zero when `p` points into memory hakmem manages (one of its
- * segments, or the hardened library's region of `malloc(0)` blocks). Zero means `p` certainly did not come from hakmem: that is
- * the check `free` and `realloc` make before touching a pointer. O(1), no
+ * segments, or the hardened library's region of `malloc(0)` blocks). Zero
+ * means `p` certainly did not come from hakmem: that is the check `free`
+ * and `realloc` make before touching a pointer. O(1), no
  * system call; `p` is not dereferenced.
  */
 int hakmem_owns(const void *p);

@@ -211,11 +211,8 @@ mod front {
     #[inline(always)]
     pub fn malloc(size: usize) -> *mut u8 {
         #[cfg(feature = "secure")]
-        if size == 0 {
-            let p = crate::check::zero::alloc();
-            if !p.is_null() {
-                return p;
-            }
+        if let Some(p) = crate::check::zero::alloc_zero_sized(size, MIN_ALIGN) {
+            return p;
         }
         alloc_aligned(size, MIN_ALIGN)
     }
@@ -294,11 +291,8 @@ mod front {
             return invalid_alignment();
         }
         #[cfg(feature = "secure")]
-        if size == 0 && align <= MIN_ALIGN {
-            let p = crate::check::zero::alloc();
-            if !p.is_null() {
-                return p;
-            }
+        if let Some(p) = crate::check::zero::alloc_zero_sized(size, align) {
+            return p;
         }
         alloc_zeroed_aligned(size, align)
     }

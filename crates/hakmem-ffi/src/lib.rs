@@ -75,8 +75,9 @@ pub extern "C" fn hakmem_version() -> *const c_char {
 }
 
 /// Non-zero when `p` points into memory hakmem manages (one of its
-/// segments, or the hardened library's region of `malloc(0)` blocks). Zero means `p` certainly did not come from hakmem: that is
-/// the check `free` and `realloc` make before touching a pointer. O(1), no
+/// segments, or the hardened library's region of `malloc(0)` blocks). Zero
+/// means `p` certainly did not come from hakmem: that is the check `free`
+/// and `realloc` make before touching a pointer. O(1), no
 /// system call; `p` is not dereferenced.
 #[no_mangle]
 pub extern "C" fn hakmem_owns(p: *const c_void) -> c_int {

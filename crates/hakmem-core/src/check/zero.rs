@@ -99,6 +99,18 @@ pub(crate) fn alloc() -> *mut u8 {
     core::ptr::null_mut()
 }
 
+/// A zero-sized block for a request of `size` bytes aligned to `align`
+/// (`malloc`, `calloc`): `Some` only for `size == 0` with at most the
+/// slots' alignment, and when `alloc` has one.
+#[inline]
+pub(crate) fn alloc_zero_sized(size: usize, align: usize) -> Option<*mut u8> {
+    if size != 0 || align > 16 {
+        return None;
+    }
+    let p = alloc();
+    (!p.is_null()).then_some(p)
+}
+
 /// Whether `p` lies in the region (a zero-sized block, live or not, or a
 /// pointer into one).
 #[inline]

@@ -353,8 +353,8 @@ pub(crate) unsafe fn huge_check(segment: *const Segment, p: *const u8, found_by:
 /// mapping.
 #[cfg(feature = "secure")]
 unsafe fn huge_tail_canary(end: *mut u8, len: usize) {
-    // SAFETY: the caller's guarantee; the last byte is zeroed first, as
-    // write_canary requires.
+    // The last byte is zeroed first, as write_canary requires.
+    // SAFETY: the caller's guarantee: [end, end + len) is writable.
     unsafe {
         if len > 0 {
             *end.add(len - 1) = 0;

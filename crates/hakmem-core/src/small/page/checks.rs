@@ -106,8 +106,9 @@ impl Page {
         debug_assert!(secure::padded(size) <= self.block_size);
         let old = self.requested_size(p);
         let bs = self.block_size;
-        // SAFETY: p is the caller's live block: [size, bs - 1) are its
-        // bytes to write (size < bs), its last byte zero (never written).
+        // [size, bs - 1) are the holder's bytes to write (size < bs); the
+        // slot's last byte is zero and stays unwritten (check/secure.rs).
+        // SAFETY: p is the caller's live block of this page, bs bytes.
         unsafe {
             if size < old {
                 secure::write_canary(p.add(size), bs - size);

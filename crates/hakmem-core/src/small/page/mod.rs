@@ -503,9 +503,9 @@ impl Page {
         #[cfg(feature = "secure")]
         {
             self.check_live(_p, "free()");
-            // SAFETY: the block's slot is the freeing caller's; its first
-            // 16 bytes receive the link and the mark, its last is zero and
-            // not written (check/secure.rs).
+            // The first 16 bytes receive the link and the mark; the last
+            // is zero and stays unwritten (check/secure.rs).
+            // SAFETY: the block's slot is the freeing caller's, bs bytes.
             unsafe { secure::zero(_p.add(MIN_BLOCK_SIZE), self.block_size - MIN_BLOCK_SIZE - 1) };
         }
     }

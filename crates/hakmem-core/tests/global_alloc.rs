@@ -80,7 +80,7 @@ fn alignments_that_are_not_powers_of_two_give_null_and_einval() {
 
 #[test]
 fn alloc_zeroed_is_zero_also_after_reuse() {
-    for size in [8, 24, 200, 1024, 5000, 40_000, 300_000, 3 << 20] {
+    for size in [8, 24, 200, 1024, 4096, 5000, 20_000, 40_000, 300_000, 3 << 20] {
         let layout = Layout::from_size_align(size, 8).unwrap();
         for round in 0..3 {
             // SAFETY: non-zero size; freed with the same layout.

@@ -163,8 +163,17 @@ mod hardening {
     use std::hint::black_box;
 
     /// Block sizes every scenario runs at: small (a 48-byte slot), medium
-    /// (a 5 KiB slot) and huge (a dedicated mapping between guard pages).
-    pub const SIZES: [usize; 3] = [32, 4096, 1 << 20];
+    /// (a 2.5 KiB slot, zero throughout while free; a 5 KiB slot, zero only
+    /// at its edges: `EDGES_ONLY`) and huge (a dedicated mapping between
+    /// guard pages).
+    pub const SIZES: [usize; 4] = [32, 2048, EDGES_ONLY, 1 << 20];
+
+    /// The size whose free blocks hold zeroes only at their edges (a slot
+    /// above `check/secure.rs`'s `WHOLE_ZERO_MAX`): its writes after free
+    /// are made in the first cache line (`-head`; the middle is not
+    /// checked), its new blocks asked of `alloc_zeroed` (`-zeroed`;
+    /// `malloc` may show old data in the middle).
+    pub const EDGES_ONLY: usize = 4096;
 
     /// Bytes the overflows and underflows run over.
     pub const REACH: [usize; 3] = [1, 32, 1 << 20];
@@ -252,17 +261,20 @@ mod hardening {
                 }
                 // A write into a freed block, found when it is handed out
                 // again (`bytes`: the offset written, a byte or a word).
-                "write-after-free" => {
+                // `-head`: at offset 24, past the link and the mark.
+                "write-after-free" | "write-after-free-head" => {
+                    let at = if misuse.ends_with("-head") { 24 } else { size / 2 };
                     let p = block(size);
                     hakmem_core::free(p);
-                    write_loop(p, (size / 2) as isize, bytes.min(size / 2), false);
+                    write_loop(p, at as isize, bytes.min(size - at), false);
                     allocate_until_reuse(size);
                 }
                 // The same, and the program then exits: found at exit.
-                "write-after-free-exit" => {
+                "write-after-free-exit" | "write-after-free-head-exit" => {
+                    let at = if misuse.ends_with("-head-exit") { 24 } else { size / 2 };
                     let p = block(size);
                     hakmem_core::free(p);
-                    write_loop(p, (size / 2) as isize, bytes.min(size / 2), false);
+                    write_loop(p, at as isize, bytes.min(size - at), false);
                     libc::exit(0);
                 }
                 // The freed block is not the next one handed out, so a
@@ -279,17 +291,25 @@ mod hardening {
                     write_loop(p, 0, bytes.min(size), false);
                     allocate_until_reuse(size);
                 }
-                // Freed and fresh blocks never show what a block held.
-                "no-old-data" => {
+                // Freed and fresh blocks never show what a block held
+                // (`-zeroed`: fresh blocks of `alloc_zeroed`, and the freed
+                // block's first bytes past its link and mark).
+                "no-old-data" | "no-old-data-zeroed" => {
+                    let zeroed = misuse.ends_with("-zeroed");
                     let p = block(size);
                     p.write_bytes(b'S', size);
                     hakmem_core::free(p);
-                    if size < 1 << 20 && *black_box(p).add(size - 1) == b'S' {
+                    let looked = if zeroed { 24 } else { size - 1 };
+                    if size < 1 << 20 && *black_box(p).add(looked) == b'S' {
                         eprintln!("a freed block still holds its data");
                         std::process::exit(3);
                     }
                     for _ in 0..bytes {
-                        let q = hakmem_core::malloc(size);
+                        let q = if zeroed {
+                            hakmem_core::alloc_zeroed(size, 16)
+                        } else {
+                            hakmem_core::malloc(size)
+                        };
                         let data = std::slice::from_raw_parts(q, size);
                         if data.contains(&b'S') || data.contains(&b'v') {
                             eprintln!("a new block shows old data");
@@ -478,12 +498,15 @@ fn secure_expectations() -> Vec<(String, Expect)> {
                 cases.push((format!("underflow-{how}-{reach}-{size}"), under));
             }
         }
-        for (misuse, bytes) in [
-            ("write-after-free", 1),
-            ("write-after-free", 8),
-            ("write-after-free-exit", 1),
-            ("reuse", 16),
-        ] {
+        // Writes after free into a block of EDGES_ONLY land in its first
+        // cache line: `-head`.
+        let edges = size == hardening::EDGES_ONLY;
+        let (write, write_exit) = if edges {
+            ("write-after-free-head", "write-after-free-head-exit")
+        } else {
+            ("write-after-free", "write-after-free-exit")
+        };
+        for (misuse, bytes) in [(write, 1), (write, 8), (write_exit, 1), ("reuse", 16)] {
             let expect = if huge {
                 Expect::GuardPage
             } else {
@@ -491,7 +514,8 @@ fn secure_expectations() -> Vec<(String, Expect)> {
             };
             cases.push((format!("{misuse}-{bytes}-{size}"), expect));
         }
-        cases.push((format!("no-old-data-20-{size}"), Expect::Success));
+        let no_old_data = if edges { "no-old-data-zeroed" } else { "no-old-data" };
+        cases.push((format!("{no_old_data}-20-{size}"), Expect::Success));
     }
     cases
 }

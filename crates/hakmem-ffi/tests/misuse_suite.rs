@@ -4,8 +4,9 @@
 //! is a correctness control) under the hardened library,
 //! `libhakmem_secure.so`. Every misuse must be stopped, every control must
 //! pass, except the writes after free listed in `LATE`, which no check can
-//! see before the program's own later work (docs/CONFIG.md, "What each
-//! build catches").
+//! see before the program's own later work, and the misuses of a large
+//! block's middle listed in `MIDDLE`, which the library does not check
+//! (docs/CONFIG.md, "What each build catches").
 
 mod support;
 
@@ -16,10 +17,23 @@ use support::{have, require, scratch_dir, secure_libs, workspace_root};
 /// free into a block that the program never has handed out again, where
 /// the check runs when a block is handed out, its page given back, or the
 /// thread exits.
-const LATE: [&str; 3] = [
-    "write_after_free_medium_4096_noreuse",
+const LATE: [&str; 2] = [
     "write_after_free_small_24_noreuse",
     "write_after_free_small_32_first_word",
+];
+
+/// Cases the hardened library lets through by design: writes after free
+/// into, and old data read from, the middle of a block above 4 KiB, whose
+/// free blocks hold zeroes only at their edges (zeroing and checking all
+/// of it would cost more than the rest of `malloc` and `free`:
+/// docs/CONFIG.md, "What each build catches"). The uninitialised read may
+/// also be stopped: blocks carved again from a span purged in between
+/// read as zero.
+const MIDDLE: [&str; 4] = [
+    "read_after_free_medium_4096",
+    "uninit_read_medium_8192",
+    "write_after_free_medium_4096_noreuse",
+    "write_after_free_medium_8192_reuse",
 ];
 
 #[test]
@@ -59,6 +73,8 @@ fn the_secure_library_stops_every_misuse_of_the_suite() {
         let want: &[&str] = match expect {
             "ok" => &["ok"],
             _ if LATE.contains(&name) => &["late", "stopped"],
+            _ if MIDDLE.contains(&name) && name.starts_with("uninit_") => &["silent", "stopped"],
+            _ if MIDDLE.contains(&name) => &["silent"],
             _ => &["stopped"],
         };
         if !want.iter().any(|w| outcome.starts_with(w)) {

@@ -4,7 +4,8 @@
 //! overflows and underflows of 1 B, 32 B and 1 MiB by a write loop and by
 //! `memcpy`, writes after free found at reuse and at exit, a dangling
 //! pointer written while its block is free, and old data in new blocks —
-//! each at a small (32 B), a medium (4 KiB) and a huge (1 MiB) block. Every
+//! each at a small (32 B), two medium (2 and 4 KiB: the second's blocks
+//! hold zeroes only at their edges) and a huge (1 MiB) block. Every
 //! misuse must stop the program: a `hakmem:` report and SIGABRT, or SIGSEGV
 //! on a guard page in the misusing write itself. The same program under the
 //! default `libhakmem.so` runs to the end where that build has no check.
@@ -19,8 +20,14 @@ use support::{compile_c, libs, run_preloading, secure_libs, Link, Outcome};
 const LIMIT: Duration = Duration::from_secs(60);
 const VERSION_DEFINE: &str = concat!("HAKMEM_EXPECTED_VERSION=\"", env!("CARGO_PKG_VERSION"), "\"");
 
-/// Block sizes: a small class, a medium class, a huge block.
-const SIZES: [usize; 3] = [32, 4096, 1 << 20];
+/// Block sizes: a small class, a medium class whose blocks hold zeroes
+/// throughout while free, one whose blocks (5 KiB) hold them only at their
+/// edges (`check/secure.rs`, `WHOLE_ZERO_MAX`), a huge block.
+const SIZES: [usize; 4] = [32, 2048, EDGES_ONLY, 1 << 20];
+/// The size whose blocks hold zeroes only at their edges: writes after
+/// free are made in the first cache line (the middle is not checked), and
+/// new blocks are asked of `calloc` (`malloc` may show old data there).
+const EDGES_ONLY: usize = 4096;
 /// Bytes the overflows and underflows run over.
 const REACH: [usize; 3] = [1, 32, 1 << 20];
 
@@ -88,10 +95,18 @@ fn secure_cases() -> Vec<(&'static str, usize, usize, Expect)> {
                 cases.push((under, reach, size, expect));
             }
         }
+        // Writes after free into a block of EDGES_ONLY land in its first
+        // cache line: `-head`.
+        let edges = size == EDGES_ONLY;
+        let (write, write_exit) = if edges {
+            ("write-after-free-head", "write-after-free-head-exit")
+        } else {
+            ("write-after-free", "write-after-free-exit")
+        };
         for (name, bytes, found_by) in [
-            ("write-after-free", 1, "found by malloc()"),
-            ("write-after-free", 8, "found by malloc()"),
-            ("write-after-free-exit", 1, "found by exit()"),
+            (write, 1, "found by malloc()"),
+            (write, 8, "found by malloc()"),
+            (write_exit, 1, "found by exit()"),
             ("reuse", 16, "found by malloc()"),
         ] {
             // A freed huge block is unmapped: the write faults.
@@ -102,7 +117,8 @@ fn secure_cases() -> Vec<(&'static str, usize, usize, Expect)> {
             };
             cases.push((name, bytes, size, expect));
         }
-        cases.push(("no-old-data", 20, size, Expect::Success));
+        let no_old_data = if edges { "no-old-data-calloc" } else { "no-old-data" };
+        cases.push((no_old_data, 20, size, Expect::Success));
     }
     cases
 }

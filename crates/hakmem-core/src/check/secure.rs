@@ -12,8 +12,8 @@
 //!   OS page size), the header's unit included, so a write running off a
 //!   block hits one within 64 KiB.
 //! * A unit holding blocks starts with a 4 KiB table (`UNIT_TABLE_BYTES`):
-//!   the size each live block was asked for, a `u16` per block, then
-//!   `CANARY` bytes. Blocks follow from `unit + 4 KiB`, so a linear overflow
+//!   the size each live block was asked for, a `u16` per block (`CANARY`
+//!   bytes for a block never handed out), its last byte zero. Blocks follow from `unit + 4 KiB`, so a linear overflow
 //!   of one block never reaches a table without crossing a guard first.
 //!   Every span is one unit; larger blocks are huge (their own mapping,
 //!   the block placed against a guard page after it, a guard page before).
@@ -25,20 +25,26 @@
 //!   bytes `[r, bs)` are its canary, checked on `free` and `realloc`: a
 //!   zero at `r` (a C string that fills the block ends there, as one that
 //!   fills a block of exactly its size would in any other allocator), then
-//!   `CANARY` bytes, then the slot's last byte, zero.
-//! * A free block is `[link][freed mark][0 ...]`: `free` zeroes `[16, bs -
-//!   1)` (old data never survives a `free`), `malloc` checks the mark and
-//!   that `[16, bs)` is still zero before handing the block out, zeroes the
-//!   link and the mark and writes the canary, so a block reads as zero up
-//!   to its requested size (`calloc` has nothing left to clear). Blocks
-//!   carved from fresh OS memory are zero already; others are zeroed as
-//!   carved.
+//!   `CANARY` bytes, then the slot's last byte, zero (for a block above
+//!   `WHOLE_ZERO_MAX`: `CANARY` bytes up to `r + EDGE_BYTES` only, and the
+//!   slot's last byte).
+//! * A free block of at most `WHOLE_ZERO_MAX` bytes is `[link][freed
+//!   mark][0 ...]`: `free` zeroes `[16, bs - 1)` (old data never survives
+//!   a `free`), `malloc` checks the mark and that `[16, bs)` is still zero
+//!   before handing the block out, zeroes the link and the mark and writes
+//!   the canary, so a block reads as zero up to its requested size
+//!   (`calloc` has nothing left to clear). A larger one holds zeroes only
+//!   at its edges, `[16, EDGE_BYTES)` and `[bs - EDGE_BYTES, bs)`, and its
+//!   canary is `EDGE_BYTES` long (plus the slot's last byte): its middle
+//!   keeps old data, which `calloc` clears (`zero_ranges`,
+//!   `canary_end`). Blocks carved from fresh OS memory are zero already;
+//!   others get their zeroes as carved.
 
 #[cfg(feature = "secure")]
 use crate::os;
 
 /// The byte of canaries after a block's first canary byte (which is
-/// zero), and of the unit tables' padding (`secure`).
+/// zero), and of the unit tables' size slots never handed out (`secure`).
 #[cfg(feature = "secure")]
 pub(crate) const CANARY: u8 = 0xDE;
 
@@ -235,6 +241,81 @@ pub(crate) unsafe fn write_canary(p: *mut u8, len: usize) {
     }
 }
 
+/// Where the canary of a live slot of `bs` bytes asked for `size` (`size
+/// < bs`) is checked (`secure`): `[size, end)` and the slot's last byte,
+/// with `end = bs` for a slot of at most `WHOLE_ZERO_MAX` bytes (the
+/// whole slack), else at most `EDGE_BYTES` past `size` (a linear overflow
+/// crosses them first; writing and checking the whole slack of a large
+/// block costs as much as zeroing it).
+#[cfg(feature = "secure")]
+#[inline(always)]
+pub(crate) fn canary_end(size: usize, bs: usize) -> usize {
+    if bs <= WHOLE_ZERO_MAX {
+        bs
+    } else {
+        (size + EDGE_BYTES).min(bs)
+    }
+}
+
+/// Whether the canary of the live slot `p` of `bs` bytes asked for `size`
+/// is intact (`canary_end`): a zero at `size`, `CANARY` bytes up to `end`
+/// (or to the slot's last byte, when `end == bs`), and the slot's last
+/// byte zero.
+///
+/// # Safety
+/// `[p, p + bs)` must be readable; `size < bs`.
+#[cfg(feature = "secure")]
+#[inline]
+pub(crate) unsafe fn slot_canary_intact(p: *const u8, size: usize, bs: usize) -> bool {
+    let end = canary_end(size, bs);
+    if end == bs {
+        // SAFETY: the caller's guarantee.
+        return unsafe { canary_intact(p.add(size), bs - size) };
+    }
+    // SAFETY: the caller's guarantee: size < end < bs.
+    unsafe { *p.add(size) == 0 && *p.add(bs - 1) == 0 && holds(p.add(size + 1), end - size - 1, &CANARIES) }
+}
+
+/// The offset in the slot of the first byte of `p`'s canary that is not
+/// what `write_slot_canary` wrote there.
+///
+/// # Safety
+/// As for `slot_canary_intact`.
+#[cfg(feature = "secure")]
+#[cold]
+pub(crate) unsafe fn first_bad_slot_canary(p: *const u8, size: usize, bs: usize) -> Option<usize> {
+    let end = canary_end(size, bs);
+    if end == bs {
+        // SAFETY: the caller's guarantee.
+        return unsafe { first_bad_canary(p.add(size), bs - size) }.map(|i| size + i);
+    }
+    // SAFETY: the caller's guarantee: the offsets lie in the slot.
+    let bad = |i: usize| unsafe { *p.add(i) } != if i == size || i == bs - 1 { 0 } else { CANARY };
+    (size..end).chain(core::iter::once(bs - 1)).find(|&i| bad(i))
+}
+
+/// Writes the canary of the live slot `p` of `bs` bytes asked for `size`
+/// (`canary_end`); the slot's last byte is zero already and left alone.
+///
+/// # Safety
+/// `[p + size, p + bs - 1)` must be writable and the caller's, `p[bs - 1]`
+/// zero; `size < bs`.
+#[cfg(feature = "secure")]
+#[inline(always)]
+pub(crate) unsafe fn write_slot_canary(p: *mut u8, size: usize, bs: usize) {
+    let end = canary_end(size, bs);
+    if end == bs {
+        // SAFETY: the caller's guarantee.
+        unsafe { write_canary(p.add(size), bs - size) };
+    } else {
+        // SAFETY: the caller's guarantee: size < end < bs.
+        unsafe {
+            *p.add(size) = 0;
+            fill(p.add(size + 1), end - size - 1);
+        }
+    }
+}
+
 /// Writes `CANARY` over `[p, p + len)`.
 ///
 /// # Safety
@@ -246,19 +327,121 @@ pub(crate) unsafe fn fill(p: *mut u8, len: usize) {
     unsafe { core::ptr::write_bytes(p, CANARY, len) };
 }
 
-/// Fills a unit's table (`UNIT_TABLE_BYTES` at `table`) for a page taking
-/// the unit: `CANARY` bytes (a size slot reads 0xDEDE: never handed out),
-/// and a zero as the last byte, the one in front of the first block (see
-/// the module doc: it is never written again while blocks live there).
+/// Fills a unit's table (`UNIT_TABLE_BYTES` at `table`) for a page of
+/// `blocks` blocks taking the unit: their size slots read 0xDEDE (never
+/// handed out), and the table's last byte, the one in front of the first
+/// block, is zero (see the module doc: it is never written again while
+/// blocks live there). The bytes between are never read.
 ///
 /// # Safety
-/// The table must be writable, and the unit hold no live block.
+/// The table must be writable, and the unit hold no live block; `blocks`
+/// slots fit in front of its last byte.
 #[cfg(feature = "secure")]
-pub(crate) unsafe fn fill_table(table: *mut u8) {
+pub(crate) unsafe fn fill_table(table: *mut u8, blocks: usize) {
+    debug_assert!(2 * blocks < UNIT_TABLE_BYTES);
     // SAFETY: the caller's guarantee.
     unsafe {
-        fill(table, UNIT_TABLE_BYTES - 1);
+        fill(table, 2 * blocks);
         *table.add(UNIT_TABLE_BYTES - 1) = 0;
+    }
+}
+
+/// Largest block size (`secure`) whose whole body `free` zeroes and
+/// `malloc` checks (and whose whole slack is canary); larger blocks get
+/// only their edges: `EDGE_BYTES` of zeroes at each end while free, and a
+/// canary of `EDGE_BYTES` past the requested size while live. Zeroing and
+/// checking every byte of a 4–40 KiB block costs more than the rest of
+/// `malloc` and `free` together (docs/BENCHMARKS.md, "Secure build:
+/// whole blocks or their edges").
+#[cfg(feature = "secure")]
+pub(crate) const WHOLE_ZERO_MAX: usize = 4096;
+
+/// Bytes at each end of a slot larger than `WHOLE_ZERO_MAX` that hold
+/// zeroes while the block is free (the first 16 excepted: link and mark),
+/// and the length of such a block's canary: a cache line's worth, where a
+/// dangling pointer's writes to a header or to the first fields of a
+/// struct, and a linear overflow's first bytes, land.
+#[cfg(feature = "secure")]
+pub(crate) const EDGE_BYTES: usize = 64;
+
+/// The byte ranges of a free slot of `bs` bytes that hold zeroes (`secure`,
+/// both checked by `malloc`): `[16, bs)` for a slot of at most
+/// `WHOLE_ZERO_MAX` bytes (the second range empty), else `[16,
+/// EDGE_BYTES)` and `[bs - EDGE_BYTES, bs)`. The slot's last byte is in
+/// the last range: zero from carving on, never written.
+#[cfg(feature = "secure")]
+#[inline(always)]
+pub(crate) fn zero_ranges(bs: usize) -> [(usize, usize); 2] {
+    if bs <= WHOLE_ZERO_MAX {
+        [(16, bs), (bs, bs)]
+    } else {
+        [(16, EDGE_BYTES), (bs - EDGE_BYTES, bs)]
+    }
+}
+
+/// Zeroes what a free slot of `bs` bytes at `p` holds as zeroes
+/// (`zero_ranges`) but its last byte (`free`).
+///
+/// # Safety
+/// `[p + 16, p + bs - 1)` must be writable and the caller's.
+#[cfg(feature = "secure")]
+#[inline(always)]
+pub(crate) unsafe fn zero_free_body(p: *mut u8, bs: usize) {
+    for (start, end) in zero_ranges(bs) {
+        let end = end.min(bs - 1);
+        if start < end {
+            // SAFETY: the caller's guarantee; [start, end) lies inside it.
+            unsafe { zero(p.add(start), end - start) };
+        }
+    }
+}
+
+/// Whether a free slot of `bs` bytes at `p` holds zeroes where free slots
+/// do (`zero_ranges`).
+///
+/// # Safety
+/// `[p, p + bs)` must be readable.
+#[cfg(feature = "secure")]
+#[inline(always)]
+pub(crate) unsafe fn free_body_is_zero(p: *const u8, bs: usize) -> bool {
+    // SAFETY: the caller's guarantee; the ranges lie inside the slot.
+    zero_ranges(bs)
+        .iter()
+        .all(|&(start, end)| unsafe { is_zero(p.add(start), end - start) })
+}
+
+/// The offset of the first byte of a free slot of `bs` bytes at `p` that
+/// should hold a zero and does not (`zero_ranges`).
+///
+/// # Safety
+/// `[p, p + bs)` must be readable.
+#[cfg(feature = "secure")]
+#[cold]
+pub(crate) unsafe fn first_nonzero_in_body(p: *const u8, bs: usize) -> Option<usize> {
+    zero_ranges(bs)
+        .iter()
+        // SAFETY: the caller's guarantee; the ranges lie inside the slot.
+        .find_map(|&(start, end)| unsafe { first_nonzero(p.add(start), end - start) }.map(|i| start + i))
+}
+
+/// Zeroes what must read as zero in `n` slots of `bs` bytes at `p` being
+/// carved from memory that held other data (`zero_ranges`, their last
+/// bytes included: no block lives there yet).
+///
+/// # Safety
+/// `[p, p + n * bs)` must be writable, the caller's, and hold no live block.
+#[cfg(feature = "secure")]
+pub(crate) unsafe fn zero_carved(p: *mut u8, n: usize, bs: usize) {
+    if bs <= WHOLE_ZERO_MAX {
+        // SAFETY: the caller's guarantee.
+        unsafe { zero(p, n * bs) };
+        return;
+    }
+    for i in 0..n {
+        for (start, end) in zero_ranges(bs) {
+            // SAFETY: the caller's guarantee; slot i's range lies inside.
+            unsafe { zero(p.add(i * bs + start), end - start) };
+        }
     }
 }
 

@@ -189,8 +189,9 @@ unsafe fn alloc_zeroed_slow(heap: *mut Heap, class: usize, size: usize) -> *mut 
 }
 
 /// Pops a block of `page` (which has one) for `calloc` and clears what may
-/// not be zero: only the link word of a block fresh from the OS (nothing
-/// in the `secure` build).
+/// not be zero: only the link word of a block fresh from the OS (in the
+/// `secure` build: the middle of a block above `WHOLE_ZERO_MAX`, nothing
+/// for others).
 ///
 /// # Safety
 /// `page` must be a page of `heap`, the calling thread's, with a free block.
@@ -200,16 +201,31 @@ unsafe fn zeroed_from(heap: *mut Heap, page: *mut Page, class: usize, size: usiz
     unsafe {
         (*heap).counts.count_alloc(class);
         let (p, fresh) = (*page).pop_fresh(size);
-        // `secure`: every block is handed out zero up to `size` (its body
-        // checked zero, its link and mark cleared: check/secure.rs).
-        let dirty = if cfg!(feature = "secure") {
-            0
-        } else if fresh {
-            size.min(core::mem::size_of::<usize>())
-        } else {
-            size
-        };
-        ptr::write_bytes(p, 0, dirty);
+        // `secure`: a block is handed out zero where its free body is
+        // (its link and mark cleared, the rest checked zero), which is all
+        // of it up to `size` but for blocks above `WHOLE_ZERO_MAX`: their
+        // middle, between the edges, is cleared here (check/secure.rs).
+        #[cfg(feature = "secure")]
+        {
+            let _ = fresh;
+            let bs = (*page).block_size;
+            if bs > crate::check::secure::WHOLE_ZERO_MAX {
+                let edge = crate::check::secure::EDGE_BYTES;
+                let end = size.min(bs - edge);
+                if end > edge {
+                    ptr::write_bytes(p.add(edge), 0, end - edge);
+                }
+            }
+        }
+        #[cfg(not(feature = "secure"))]
+        {
+            let dirty = if fresh {
+                size.min(core::mem::size_of::<usize>())
+            } else {
+                size
+            };
+            ptr::write_bytes(p, 0, dirty);
+        }
         p
     }
 }

@@ -178,12 +178,12 @@ pub(crate) unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_
         let bytes = units * PAGE_SIZE - secure::UNIT_TABLE_BYTES - secure::guard_bytes();
         let block_size = if class == LARGE_CLASS { bytes } else { block_size };
         (*page).init(class, block_size, start, units as u32, bytes, fresh);
-        // `secure`: the table's bytes read as `CANARY` until their blocks
-        // are handed out (a size slot of 0xDEDE: never handed out); the
-        // last one, in front of the first block, zero (secure.rs).
-        // The unit holds no live block: the span was free until now.
+        // `secure`: the table's size slots read as `CANARY` until their
+        // blocks are handed out (0xDEDE: never handed out); its last byte,
+        // in front of the first block, zero (secure.rs). The unit holds no
+        // live block: the span was free until now.
         #[cfg(feature = "secure")]
-        secure::fill_table((*seg).page_start(first));
+        secure::fill_table((*seg).page_start(first), (*page).reserved as usize);
         for k in 1..units {
             (*seg).pages[first + k].head = page;
         }

@@ -14,11 +14,15 @@
  *   underflow-memcpy  memcpy of <bytes> + <size> bytes to <bytes> before it
  *   write-after-free  free, write <bytes> bytes at size/2, malloc until reused
  *   write-after-free-exit   the same, then exit without any malloc
+ *   write-after-free-head, write-after-free-head-exit   the same two at
+ *                     offset 24 (past the 16 bytes of a free block's link
+ *                     and mark: in its first cache line)
  *   reuse             free; the next malloc of that size must be another
  *                     block (exit 3 if not); write <bytes> bytes through the
  *                     dangling pointer; malloc until reused
  *   no-old-data       <bytes> rounds of malloc, fill, free: a new block
  *                     never shows what an old one held (exit 3 if it does)
+ *   no-old-data-calloc  the same with calloc
  * Prints "survived" and exits 0 when nothing stopped it.
  */
 #define _GNU_SOURCE
@@ -91,11 +95,13 @@ int main(int argc, char **argv) {
         unsigned char *p = block(size);
         copy_to(p, -(long)bytes, bytes + size);
         free(p);
-    } else if (!strcmp(misuse, "write-after-free") || !strcmp(misuse, "write-after-free-exit")) {
+    } else if (!strncmp(misuse, "write-after-free", strlen("write-after-free"))) {
+        int head = strstr(misuse, "-head") != NULL;
+        long at = head ? 24 : (long)(size / 2);
         unsigned char *p = block(size);
         free(p);
-        write_loop(p, (long)(size / 2), bytes < size / 2 ? bytes : size / 2, 0);
-        if (!strcmp(misuse, "write-after-free-exit")) {
+        write_loop(p, at, bytes < size - (size_t)at ? bytes : size - (size_t)at, 0);
+        if (strstr(misuse, "-exit") != NULL) {
             exit(0);
         }
         allocate_until_reuse(size);
@@ -109,12 +115,13 @@ int main(int argc, char **argv) {
         }
         write_loop(p, 0, bytes < size ? bytes : size, 0);
         allocate_until_reuse(size);
-    } else if (!strcmp(misuse, "no-old-data")) {
+    } else if (!strcmp(misuse, "no-old-data") || !strcmp(misuse, "no-old-data-calloc")) {
+        int zeroed = !strcmp(misuse, "no-old-data-calloc");
         unsigned char *p = block(size);
         memset(p, 'S', size);
         free(p);
         for (size_t round = 0; round < bytes; round++) {
-            unsigned char *q = malloc(size);
+            unsigned char *q = zeroed ? calloc(1, size) : malloc(size);
             if (q == NULL) {
                 return 2;
             }

@@ -26,9 +26,8 @@ impl Page {
     }
 
     /// `secure`: checks live block `p` of this page — its canary (`[size,
-    /// block_size)`: a zero, `CANARY` bytes, and the slot's last byte,
-    /// zero; else `hakmem: heap
-    /// overflow`) and the byte before it (the previous slot's last byte, or
+    /// canary_end)`: a zero, `CANARY` bytes, and the slot's last byte,
+    /// zero; else `hakmem: heap overflow`) and the byte before it (the previous slot's last byte, or
     /// the table's: zero in every state; else `hakmem: heap underflow`) —
     /// and returns the size it was asked for. `found_by` names the caller
     /// in a report.
@@ -38,7 +37,7 @@ impl Page {
         // SAFETY: p is a live block of this page: its slot and the byte
         // before it (the previous slot's, or the unit table's) are mapped.
         unsafe {
-            if size >= bs || !secure::canary_intact(p.add(size), bs - size) {
+            if size >= bs || !secure::slot_canary_intact(p, size, bs) {
                 self.report_overflow(p, size, found_by);
             }
             if *p.sub(1) != 0 {
@@ -52,10 +51,11 @@ impl Page {
     #[inline(never)]
     pub(super) fn report_overflow(&self, p: *const u8, size: usize, found_by: &str) -> ! {
         let bs = self.block_size;
-        // SAFETY: p is a live block of this page (see `check_live`).
-        let offset = match unsafe { secure::first_bad_canary(p.add(size.min(bs)), bs - size.min(bs)) } {
-            Some(i) => size + i,
-            None => bs,
+        let offset = if size < bs {
+            // SAFETY: p is a live block of this page (see `check_live`).
+            unsafe { secure::first_bad_slot_canary(p, size, bs) }.unwrap_or(bs)
+        } else {
+            bs
         };
         secure::report(secure::Corruption::Overflow, p, Some(size), offset as isize, found_by)
     }
@@ -72,7 +72,7 @@ impl Page {
         let offset = unsafe {
             match (0..8).find(|&i| *p.add(8 + i) != mark[i]) {
                 Some(i) => 8 + i,
-                None => secure::first_nonzero(p.add(16), bs - 16).map_or(0, |i| 16 + i),
+                None => secure::first_nonzero_in_body(p, bs).unwrap_or(0),
             }
         };
         let size = self.requested_size(p);
@@ -101,7 +101,8 @@ impl Page {
     /// `size` (`realloc` in place; `padded(size) <= block_size`): its
     /// canary moves to `size` (bytes it no longer covers become canary;
     /// bytes it covers anew keep what the canary held, as `realloc` leaves
-    /// them undefined).
+    /// them undefined; a block above `WHOLE_ZERO_MAX` gets its bounded
+    /// canary written anew at `size` when it grows).
     pub(crate) fn set_requested_size(&self, p: *mut u8, size: usize) {
         debug_assert!(secure::padded(size) <= self.block_size);
         let old = self.requested_size(p);
@@ -110,8 +111,8 @@ impl Page {
         // slot's last byte is zero and stays unwritten (check/secure.rs).
         // SAFETY: p is the caller's live block of this page, bs bytes.
         unsafe {
-            if size < old {
-                secure::write_canary(p.add(size), bs - size);
+            if size < old || secure::canary_end(size, bs) > secure::canary_end(old, bs) {
+                secure::write_slot_canary(p, size, bs);
             } else if size > old && size < bs - 1 {
                 *p.add(size) = 0;
             }
@@ -136,7 +137,7 @@ impl Page {
                 // SAFETY: b is a free block of this page (its lists hold
                 // only block starts: next_checked checks every link).
                 unsafe {
-                    if (*b).freed != freed_mark(self) || !secure::is_zero(p.add(16), bs - 16) {
+                    if (*b).freed != freed_mark(self) || !secure::free_body_is_zero(p, bs) {
                         self.report_write_after_free(p, found_by);
                     }
                 }

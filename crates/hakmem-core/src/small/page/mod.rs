@@ -441,11 +441,11 @@ impl Page {
 
     /// Hands `block`, just taken off `free`, to a caller who asked for
     /// `size` bytes: clears its freed mark. `secure`: first checks that
-    /// nothing wrote to it while it was free (the mark, and zero in `[16,
-    /// block_size)`; else `hakmem: write after free`), then zeroes its link
-    /// and mark (so the block reads as zero up to `size`), writes its
-    /// canary over `[size, block_size)`, notes `size` in the unit's table
-    /// and clears the block's bit in the free bitmap.
+    /// nothing wrote to it while it was free (the mark, and zero where a
+    /// free block holds zeroes, `secure::zero_ranges`; else `hakmem: write
+    /// after free`), then zeroes its link and mark, writes its canary from
+    /// `size` (`secure::canary_end`), notes `size` in the unit's table and
+    /// clears the block's bit in the free bitmap.
     #[inline(always)]
     pub(crate) fn on_alloc(&self, block: *mut Block, _size: usize) {
         #[cfg(not(feature = "secure"))]
@@ -461,12 +461,12 @@ impl Page {
             // bytes), now the caller's; its size slot is in the unit's table.
             unsafe {
                 let bs = self.block_size;
-                if (*block).freed != freed_mark(self) || !secure::is_zero(p.add(16), bs - 16) {
+                if (*block).freed != freed_mark(self) || !secure::free_body_is_zero(p, bs) {
                     self.report_write_after_free(p, "malloc()");
                 }
                 secure::clear_header(p);
                 // `padded`: _size < bs.
-                secure::write_canary(p.add(_size), bs - _size);
+                secure::write_slot_canary(p, _size, bs);
                 // Relaxed: the block's holder alone writes its slot; a
                 // thread that frees it later got it through whatever
                 // synchronisation handed the block over.
@@ -495,8 +495,8 @@ impl Page {
     }
 
     /// Checks live block `p`, about to be freed, for a heap overflow or
-    /// underflow, then zeroes it past the link and mark words (`secure`;
-    /// nothing otherwise). The caller has ruled out a double free and
+    /// underflow, then zeroes it past the link and mark words (its edges
+    /// only, above `secure::WHOLE_ZERO_MAX`) (`secure`; nothing otherwise). The caller has ruled out a double free and
     /// writes the block's link and freed mark afterwards.
     #[inline(always)]
     pub(crate) fn on_free(&self, _p: *mut u8) {
@@ -506,7 +506,7 @@ impl Page {
             // The first 16 bytes receive the link and the mark; the last
             // is zero and stays unwritten (check/secure.rs).
             // SAFETY: the block's slot is the freeing caller's, bs bytes.
-            unsafe { secure::zero(_p.add(MIN_BLOCK_SIZE), self.block_size - MIN_BLOCK_SIZE - 1) };
+            unsafe { secure::zero_free_body(_p, self.block_size) };
         }
     }
 
@@ -611,12 +611,12 @@ impl Page {
         unsafe {
             crate::check::valgrind::undefined(self.start().add(base * bs), n * bs);
             let block = |i: u16| self.start().add((base + i as usize) * bs) as *mut Block;
-            // `secure`: the new blocks read as zero (fresh OS memory is)
-            // and carry the freed mark, as every free block does.
+            // `secure`: the new blocks hold zeroes where free blocks do
+            // (all of fresh OS memory is zero) and carry the freed mark.
             #[cfg(feature = "secure")]
             {
                 if !self.zero_init {
-                    secure::zero(block(0) as *mut u8, n * bs);
+                    secure::zero_carved(block(0) as *mut u8, n, bs);
                 }
                 for i in 0..n {
                     (*block(i as u16)).freed = freed_mark(self);

@@ -16,7 +16,11 @@ impl Span {
         #[cfg(feature = "secure")]
         // SAFETY: the table lies inside the span's memory.
         unsafe {
-            crate::check::secure::fill_table(span.0.as_mut_ptr() as *mut u8)
+            // Every size slot the table has room for.
+            crate::check::secure::fill_table(
+                span.0.as_mut_ptr() as *mut u8,
+                (crate::check::secure::UNIT_TABLE_BYTES - 1) / 2,
+            )
         };
         span
     }
@@ -361,6 +365,81 @@ fn secure_blocks_are_zeroed_sized_and_guarded() {
     for i in 0..page.capacity as usize {
         // SAFETY: slot i lies in the span.
         assert_eq!(unsafe { *page.start().add(i * 48 + 47) }, 0, "slot {i}");
+    }
+    page.check_free_blocks("test");
+}
+
+/// `secure`: a block above `WHOLE_ZERO_MAX` holds zeroes only at its edges
+/// while free and has a canary of `EDGE_BYTES` while live: carving dirty
+/// memory zeroes the edges (and every slot's last byte), `free` zeroes the
+/// edges and leaves the middle, a write after free into an edge is seen
+/// and one into the middle is not, the canary is checked from the
+/// requested size for `EDGE_BYTES` and moves with `realloc` in place.
+#[test]
+#[cfg(feature = "secure")]
+fn secure_large_blocks_keep_zeroes_and_canary_at_their_edges() {
+    use crate::check::secure::{
+        canary_intact, first_bad_slot_canary, free_body_is_zero, is_zero, slot_canary_intact, CANARY, EDGE_BYTES,
+        WHOLE_ZERO_MAX,
+    };
+    let bs = 5120;
+    assert!(bs > WHOLE_ZERO_MAX && WHOLE_ZERO_MAX >= 2 * EDGE_BYTES);
+    let mut span = Span::new(4 * bs);
+    // Old data everywhere: the span held other blocks before.
+    // SAFETY: the blocks' bytes lie inside the span.
+    unsafe { span.start().write_bytes(0x77, span.len()) };
+    let mut page = page_over(&mut span, bs);
+    assert!(page.extend());
+    for i in 0..page.capacity as usize {
+        // SAFETY: slot i lies in the span.
+        unsafe {
+            let slot = page.start().add(i * bs);
+            assert!(free_body_is_zero(slot, bs), "slot {i}: carving zeroes the edges");
+            assert_eq!(*slot.add(bs - 1), 0, "slot {i}'s last byte");
+            assert_eq!(*slot.add(bs / 2), 0x77, "slot {i}: the middle is left as it was");
+        }
+    }
+    let p = page.pop(100);
+    // SAFETY: p is a bs-byte block of the span, handed out.
+    unsafe {
+        assert!(is_zero(p, 16), "link and mark are cleared");
+        assert_eq!(*p.add(100), 0, "the canary starts with a zero");
+        assert!(canary_intact(p.add(100), 1) && *p.add(101) == CANARY);
+        assert!(slot_canary_intact(p, 100, bs));
+        assert_eq!(*p.add(100 + EDGE_BYTES), 0x77, "the canary is EDGE_BYTES long");
+        assert_eq!(page.check_live(p, "test"), 100);
+        // An overflow's first bytes are seen; past the canary they are not.
+        *p.add(105) = 1;
+        assert_eq!(first_bad_slot_canary(p, 100, bs), Some(105));
+        assert!(!slot_canary_intact(p, 100, bs));
+        *p.add(105) = CANARY;
+        *p.add(100 + EDGE_BYTES + 10) = 1;
+        assert!(slot_canary_intact(p, 100, bs));
+        // realloc in place: growing writes the canary at the new size.
+        page.set_requested_size(p, 3000);
+        assert_eq!(*p.add(3000), 0);
+        assert!(slot_canary_intact(p, 3000, bs));
+        assert_eq!(page.check_live(p, "test"), 3000);
+        page.set_requested_size(p, 40);
+        assert!(slot_canary_intact(p, 40, bs));
+        p.write_bytes(0x55, 40);
+        *p.add(bs / 2) = 0x55;
+    }
+    free_local(&mut page, p);
+    // SAFETY: p's slot lies in the span.
+    unsafe {
+        assert!(free_body_is_zero(p, bs), "free zeroes the edges");
+        assert!(is_zero(p.add(16), EDGE_BYTES - 16) && is_zero(p.add(bs - EDGE_BYTES), EDGE_BYTES));
+        assert_eq!(*p.add(bs / 2), 0x55, "and leaves the middle");
+        // A write after free into the middle is not seen, into an edge it is.
+        *p.add(bs / 2) = 1;
+        assert!(free_body_is_zero(p, bs));
+        for at in [16, EDGE_BYTES - 1, bs - EDGE_BYTES, bs - 2] {
+            *p.add(at) = 1;
+            assert!(!free_body_is_zero(p, bs), "offset {at}");
+            assert_eq!(crate::check::secure::first_nonzero_in_body(p, bs), Some(at));
+            *p.add(at) = 0;
+        }
     }
     page.check_free_blocks("test");
 }

@@ -277,6 +277,16 @@ mod hardening {
                     write_loop(p, at as isize, bytes.min(size - at), false);
                     libc::exit(0);
                 }
+                // A write into the block freed last of its page, found
+                // by the next `free` into that page (`bytes` at offset
+                // 24, the first cache line).
+                "write-after-free-then-free" => {
+                    let p = block(size);
+                    let q = block(size);
+                    hakmem_core::free(p);
+                    write_loop(p, 24, bytes, false);
+                    hakmem_core::free(q);
+                }
                 // The freed block is not the next one handed out, so a
                 // write through the dangling pointer lands in a free block
                 // (found at its reuse), not in a live one.
@@ -514,6 +524,16 @@ fn secure_expectations() -> Vec<(String, Expect)> {
             };
             cases.push((format!("{misuse}-{bytes}-{size}"), expect));
         }
+        cases.push((
+            format!("write-after-free-then-free-1-{size}"),
+            if huge {
+                Expect::GuardPage
+            } else {
+                Expect::Report(format!(
+                    "write after free: block 0x\\w+ of size {size}: first corrupted byte at offset 24 (0x\\w+), found by free()"
+                ))
+            },
+        ));
         let no_old_data = if edges { "no-old-data-zeroed" } else { "no-old-data" };
         cases.push((format!("{no_old_data}-20-{size}"), Expect::Success));
     }

@@ -650,8 +650,9 @@ impl Page {
     }
 
     /// Pushes `block`, a block of this page the owner is freeing, on `free`
-    /// (`secure`: on `local_free`, for delayed reuse). The caller has
-    /// written its freed mark.
+    /// (`secure`: on `local_free`, for delayed reuse, after checking the
+    /// first cache line of the block freed before it, `check_last_freed`).
+    /// The caller has written its freed mark.
     #[inline(always)]
     pub(crate) fn push(&mut self, block: *mut Block) {
         #[cfg(not(feature = "secure"))]
@@ -664,6 +665,7 @@ impl Page {
         }
         #[cfg(feature = "secure")]
         {
+            self.check_last_freed();
             // SAFETY: as above.
             unsafe { (*block).next = self.encode(self.local_free) };
             self.local_free = block;

@@ -13,8 +13,9 @@
 //!   block hits one within 64 KiB.
 //! * A unit holding blocks starts with a 4 KiB table (`UNIT_TABLE_BYTES`):
 //!   the size each live block was asked for, a `u16` per block (`CANARY`
-//!   bytes for a block never handed out), its last byte zero. Blocks follow from `unit + 4 KiB`, so a linear overflow
-//!   of one block never reaches a table without crossing a guard first.
+//!   bytes for a block never handed out), its last byte zero. Blocks
+//!   follow from `unit + 4 KiB`, so a linear overflow of one block never
+//!   reaches a table without crossing a guard first.
 //!   Every span is one unit; larger blocks are huge (their own mapping,
 //!   the block placed against a guard page after it, a guard page before).
 //! * The last byte of every slot is zero from carving on and never

@@ -405,9 +405,9 @@ pub(crate) unsafe fn zero_free_body(p: *mut u8, bs: usize) {
 #[cfg(feature = "secure")]
 #[inline(always)]
 pub(crate) unsafe fn free_body_is_zero(p: *const u8, bs: usize) -> bool {
-    // SAFETY: the caller's guarantee; the ranges lie inside the slot.
     zero_ranges(bs)
         .iter()
+        // SAFETY: the caller's guarantee; the ranges lie inside the slot.
         .all(|&(start, end)| unsafe { is_zero(p.add(start), end - start) })
 }
 

@@ -141,9 +141,9 @@ impl Page {
         // 4 and 5 from 48 bytes, 6 and 7 from 64 (`EDGE_BYTES`), OR-ed.
         const _: () = assert!(secure::EDGE_BYTES == 64);
         let bs = self.block_size;
-        // SAFETY: b is a free block of this page, the owner's (the caller
-        // is the owner, pushing): its first min(bs, 64) bytes are mapped,
-        // 16-byte aligned.
+        // b is a free block of this page, and the caller (pushing) is its
+        // owner: no one else writes it; blocks are 16-byte aligned.
+        // SAFETY: b's first min(bs, 64) bytes are mapped and aligned (above).
         let intact = unsafe {
             let w = p as *const u64;
             let mut acc = w.add(2).read() | w.add(3).read();

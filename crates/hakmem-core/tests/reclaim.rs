@@ -9,9 +9,14 @@
 //! freed into them after their thread exited goes back, and the emptied
 //! ones leave the list.
 //!
-//! One test, the two parts in order, alone in its binary: the abandoned
-//! list is global, no other thread may take from it while a part counts,
-//! and the first part's new thread must not find a retired heap with room
+//! A thread that already owns many segments frees a block of an abandoned
+//! segment without taking the segment over (`free::take_over_abandoned`):
+//! the room the block leaves stays on the abandoned list, where threads
+//! that need room look, and the purge pass gives it back when none does.
+//!
+//! One test, the parts in order, alone in its binary: the abandoned list
+//! is global, no other thread may take from it while a part counts, and
+//! the first part's new thread must not find a retired heap with room
 //! (the second part leaves some).
 
 use hakmem_core::Hakmem;
@@ -28,6 +33,7 @@ static GLOBAL: Hakmem = Hakmem;
 fn a_new_thread_reclaims_one_abandoned_segment_and_tidies_the_rest() {
     reclaims_one_abandoned_segment_with_room_not_all();
     blocks_freed_into_abandoned_segments_after_the_exit_go_back();
+    a_thread_with_many_segments_frees_into_abandoned_ones_without_taking_them();
 }
 
 /// Segments the exiting thread leaves, each holding one live block.
@@ -163,11 +169,10 @@ fn blocks_freed_into_abandoned_segments_after_the_exit_go_back() {
     // (two pages sharing a batch slot): most of its segments were
     // abandoned holding one.
     assert!(abandoned >= 4, "only {abandoned} segments abandoned");
-    assert_eq!(
-        hakmem_core::abandoned_count(),
-        abandoned,
-        "the freer's exit took no segment"
-    );
+    // The freer's exit takes none over; a purge pass due meanwhile (the
+    // purge delay after the owner's frees) may have given back some
+    // already, which is the same work done earlier.
+    let abandoned = hakmem_core::abandoned_count();
     // A new thread asks for the largest blocks a segment holds until one
     // of them needs a segment its heap does not have (a retired heap it
     // may take over has at most 4): that one acquisition reclaims the
@@ -191,5 +196,108 @@ fn blocks_freed_into_abandoned_segments_after_the_exit_go_back() {
         0,
         "{} of {abandoned} abandoned segments, emptied by frees after their thread exited, were not given back",
         hakmem_core::abandoned_count()
+    );
+}
+
+/// Blocks the third part's owner leaves: 13 blocks of 16 or 14 units, two
+/// to a segment (the first may share one of a retired heap's), in 7
+/// segments or so: more than a retired heap may own, so they are abandoned.
+/// And one small block, which the freer would otherwise hold in a batch.
+const LEFT_BEHIND: usize = 14;
+/// Segments the third part's freer owns: more than a heap takes over
+/// abandoned segments beside (`TAKE_OVER_SEGMENTS_MAX`, 8).
+const FREER_SEGMENTS: usize = 9;
+/// The third part's blocks, from the owner to the freer.
+static BEHIND: [AtomicUsize; LEFT_BEHIND] = [const { AtomicUsize::new(0) }; LEFT_BEHIND];
+/// The third part's step: 1 the freer has its segments, 2 the owner has
+/// exited, 3 the freer may free its own blocks.
+static STEP: AtomicUsize = AtomicUsize::new(0);
+/// The freer's counts of abandoned segments before and after its frees.
+static SEEN: [AtomicUsize; 2] = [const { AtomicUsize::new(0) }; 2];
+
+fn wait_step(step: usize) {
+    // Acquire: pairs with the Release stores of `STEP` (and `BEHIND`).
+    while STEP.load(Ordering::Acquire) < step {
+        std::thread::yield_now();
+    }
+}
+
+/// A thread that owns more than 8 segments frees every block a dead
+/// thread left: it takes none of their segments over (the blocks wait on
+/// their pages' remote stacks, the segments on the abandoned list), and
+/// the next purge pass takes the blocks in and gives the emptied segments
+/// back, though no thread asks for room meanwhile.
+fn a_thread_with_many_segments_frees_into_abandoned_ones_without_taking_them() {
+    assert_eq!(hakmem_core::abandoned_count(), 0, "abandoned segments before the test");
+    let unit = hakmem_core::PAGE_SIZE;
+    let freer = std::thread::spawn(move || {
+        // 17 units each: one per segment. Taken while nothing is abandoned,
+        // and nothing but these blocks: the freer's own allocations must not
+        // reclaim the owner's segments later.
+        let mut own = [0usize; FREER_SEGMENTS];
+        for p in own.iter_mut() {
+            *p = hakmem_core::malloc(16 * unit + 1) as usize;
+            assert!(*p != 0);
+        }
+        STEP.store(1, Ordering::Release);
+        wait_step(2);
+        let abandoned = hakmem_core::abandoned_count();
+        for b in &BEHIND {
+            // SAFETY: blocks of this allocator, each freed once.
+            unsafe { hakmem_core::free(b.load(Ordering::Relaxed) as *mut u8) };
+        }
+        SEEN[0].store(abandoned, Ordering::Relaxed);
+        SEEN[1].store(hakmem_core::abandoned_count(), Ordering::Relaxed);
+        STEP.store(3, Ordering::Release);
+        // Its own blocks stay until the test has looked: their segments,
+        // freed, would make a purge pass due of their own accord.
+        wait_step(4);
+        for p in own {
+            // SAFETY: blocks of this allocator, each freed once.
+            unsafe { hakmem_core::free(p as *mut u8) };
+        }
+    });
+    wait_step(1);
+    // 16 + 14 of a segment's 31 units: each pair fills a segment.
+    std::thread::spawn(move || {
+        for (i, b) in BEHIND.iter().enumerate() {
+            let size = match i {
+                0 => 200,
+                i if i % 2 == 1 => 16 * unit,
+                _ => 14 * unit,
+            };
+            let p = hakmem_core::malloc(size);
+            assert!(!p.is_null());
+            b.store(p as usize, Ordering::Relaxed);
+        }
+    })
+    .join()
+    .unwrap();
+    STEP.store(2, Ordering::Release);
+    wait_step(3);
+    let (abandoned, after) = (SEEN[0].load(Ordering::Relaxed), SEEN[1].load(Ordering::Relaxed));
+    assert!(
+        abandoned >= LEFT_BEHIND / 2,
+        "{abandoned} segments abandoned by the owner's exit"
+    );
+    assert_eq!(
+        after, abandoned,
+        "a thread with {FREER_SEGMENTS} segments took abandoned ones over"
+    );
+    // No thread asks for a segment: the purge pass (due within the purge
+    // delay) takes in the freed blocks and gives the segments back.
+    let start = std::time::Instant::now();
+    while hakmem_core::abandoned_count() != 0 && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        hakmem_core::collect(false);
+    }
+    let left = hakmem_core::abandoned_count();
+    STEP.store(4, Ordering::Release);
+    freer.join().unwrap();
+    assert_eq!(
+        left,
+        0,
+        "abandoned segments whose blocks were all freed are still on the list after {:?}",
+        start.elapsed()
     );
 }

@@ -52,8 +52,8 @@ fn many_short_lived_threads_keep_a_bounded_footprint() {
     // While blocks of exited threads are alive, their segments may wait on
     // the abandoned list (the hardened build abandons more heaps: its
     // delayed reuse spreads a heap over more segments). Once the last of
-    // them is freed, the freeing thread takes each segment over and gives
-    // it back: none may stay stranded.
+    // them is freed, the freeing thread (which owns few segments) takes
+    // each segment over and gives it back: none may stay stranded.
     let before = hakmem_core::abandoned_count();
     for p in kept.drain(..) {
         // SAFETY: p is a live block whose thread has exited.

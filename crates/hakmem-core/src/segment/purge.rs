@@ -171,16 +171,37 @@ pub(crate) fn collect(force: bool) {
     purge_global(now, force);
 }
 
-/// Earliest deadline of a cached segment or huge mapping awaiting purge
-/// (`u64::MAX` = none). A hint: checked cheaply by slow paths. Every access
-/// is Relaxed: it orders nothing (the lists it points at have their locks),
-/// and a stale value only moves a purge pass earlier or later.
+/// Earliest deadline of a cached or abandoned segment or huge mapping
+/// awaiting purge, of a retired heap's wait, or of a block pushed into an
+/// abandoned segment awaiting the pass's tidying (`u64::MAX` = none). A
+/// hint: checked cheaply by slow paths. Relaxed but for one pair: it orders
+/// nothing else (the lists it points at have their locks), and a stale
+/// value only moves a purge pass earlier or later. The pair: a push into
+/// an abandoned segment's page, then `note_abandoned_free`'s Release RMW,
+/// read by the pass's Acquire claim, so that the pass's tidying sees it.
 pub(crate) static GLOBAL_PURGE_AT: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// A heap was retired: the global purge pass must come by to abandon it
 /// if no new thread takes it over in time.
 pub(crate) fn note_retired() {
     GLOBAL_PURGE_AT.fetch_min(os::now_ms() + 1000, Ordering::Relaxed);
+}
+
+/// A block was pushed on a page of an abandoned segment (`free::free_slow`,
+/// after `take_over_abandoned` left the segment on the list): a purge pass
+/// must come by within the purge delay to take it in (`purge_list`), if
+/// no thread that looks for room does first. None with purging off
+/// (`HAKMEM_PURGE_DELAY=-1`): such memory then waits for a reclaim.
+pub(crate) fn note_abandoned_free() {
+    let delay = crate::policy::purge_delay_ms();
+    if delay < 0 {
+        return;
+    }
+    // Release, after the caller's push: the pass whose claim (an Acquire
+    // RMW) reads this value or a later one sees the push when it tidies
+    // the segment. An RMW even when the deadline stays: a claim reading a
+    // later value still continues this release sequence.
+    GLOBAL_PURGE_AT.fetch_min(os::now_ms() + delay as u64, Ordering::Release);
 }
 
 /// Whether some cached memory may be due for purging at `now`.
@@ -209,16 +230,18 @@ fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
     if !force && now < due {
         return;
     }
-    // Claim the pass (a concurrent caller sees MAX and leaves).
+    // Claim the pass (a concurrent caller sees MAX and leaves). Acquire:
+    // pairs with `note_abandoned_free`'s Release RMW.
     if !force
         && GLOBAL_PURGE_AT
-            .compare_exchange(due, u64::MAX, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(due, u64::MAX, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
     {
         return;
     }
     if force {
-        GLOBAL_PURGE_AT.store(u64::MAX, Ordering::Relaxed);
+        // Acquire, an RMW: as the claim above (`note_abandoned_free`).
+        GLOBAL_PURGE_AT.swap(u64::MAX, Ordering::Acquire);
     }
     PURGE_LOCK.lock_yielding();
     let mut next = crate::thread::abandon::age_retired(now, abandon_retired);
@@ -226,10 +249,12 @@ fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
     {
         next = next.min(crate::thread::live::reap_exited(now, abandon_retired));
     }
-    // Cached and abandoned segments: take each list whole, purge the due
+    // Abandoned and cached segments: take each list whole, purge the due
     // pages, put the segments back (no lock is held across the calls).
-    next = next.min(purge_list(&SEGMENT_CACHE, SEGMENT_CACHE_MAX, now, force));
-    next = next.min(purge_list(&ABANDONED, usize::MAX, now, force));
+    // The abandoned first: the segments its tidying empties go to the
+    // cache, purged in the same pass when `force`.
+    next = next.min(purge_list(&ABANDONED, usize::MAX, now, force, true));
+    next = next.min(purge_list(&SEGMENT_CACHE, SEGMENT_CACHE_MAX, now, force, false));
     next = next.min(huge::purge_huge_cache(now, force));
     PURGE_LOCK.unlock();
     if next != u64::MAX {
@@ -271,8 +296,11 @@ pub(crate) fn try_purge_now(purge: impl FnOnce()) -> bool {
 
 /// Takes every segment off `list`, purges its due pages (all when `force`)
 /// and puts it back (unmapping what no longer fits under `limit`). Returns
-/// the earliest remaining deadline (`u64::MAX` when none).
-fn purge_list(list: &SegmentList, limit: usize, now: u64, force: bool) -> u64 {
+/// the earliest remaining deadline (`u64::MAX` when none). With `tidy`
+/// (the abandoned list) each segment's remote frees are taken in first,
+/// the pages they emptied given back, and an emptied segment freed
+/// (`abandon::tidy_abandoned_segment`).
+fn purge_list(list: &SegmentList, limit: usize, now: u64, force: bool, tidy: bool) -> u64 {
     let mut next = u64::MAX;
     let mut taken: *mut Segment = ptr::null_mut();
     loop {
@@ -291,6 +319,11 @@ fn purge_list(list: &SegmentList, limit: usize, now: u64, force: bool) -> u64 {
         unsafe {
             let seg = taken;
             taken = (*seg).next;
+            (*seg).next = ptr::null_mut();
+            if tidy && crate::thread::abandon::tidy_abandoned_segment(seg) {
+                arena::segment_free(seg);
+                continue;
+            }
             if (*seg).purge_units != 0 {
                 if force || (*seg).purge_at_ms <= now {
                     (*seg).purge_pending();
@@ -320,7 +353,7 @@ mod window_tests {
     /// Stays a while inside the window where a purge pass has its
     /// segments off their list, so that another thread forks meanwhile.
     fn linger_with_segments_taken(window: Window) {
-        // The abandoned list's turn (the pass takes the cache's first).
+        // The abandoned list's turn (taken whole: none left on it).
         let taken = crate::segment::arena::abandoned_count() == 0;
         if window == Window::PurgeTaken && taken && !IN_WINDOW.swap(true, Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(300));

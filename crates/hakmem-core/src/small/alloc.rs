@@ -336,6 +336,12 @@ pub(crate) unsafe fn alloc_large_block(heap: *mut Heap, size: usize) -> (*mut u8
     let units = size.div_ceil(PAGE_SIZE).max(1);
     // SAFETY: heap is this thread's heap.
     unsafe {
+        // The large blocks other threads freed come back first: their spans
+        // are the room `page_alloc` looks for (a thread that allocates only
+        // large blocks reaches no other slow path that takes them in).
+        if !(*heap).is_local() {
+            crate::thread::remote::take_notifications(heap);
+        }
         let page = page_alloc(heap, LARGE_CLASS, units, units * PAGE_SIZE);
         if page.is_null() {
             return (ptr::null_mut(), false);

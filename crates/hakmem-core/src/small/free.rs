@@ -16,6 +16,7 @@ use crate::small::page_queue::{queue_remove, settle};
 use crate::small::refill::{maybe_free_segment, release_page};
 use crate::sync::Ordering;
 use crate::thread;
+use crate::thread::abandon::TAKE_OVER_SEGMENTS_MAX;
 use crate::thread::heap::Heap;
 use crate::thread::remote::remote_free;
 
@@ -236,29 +237,45 @@ pub(crate) unsafe fn page_retire(heap: *mut Heap, seg: *mut Segment, page: *mut 
 /// abandoned list, so that this and its later frees into it are its own —
 /// pages given back as they empty, purged by its duties — instead of
 /// blocks piling up on remote stacks nobody collects until some thread
-/// happens to need a segment. Returns the heap to free with: the calling
-/// thread's, made now if it had none (a thread that only frees); the
-/// static heap it had when it has exited or no heap can be had.
+/// happens to need a segment. A thread that owns more than
+/// `TAKE_OVER_SEGMENTS_MAX` segments already leaves the segment on the
+/// list and frees the block remotely: a segment it took would keep the
+/// room the block leaves where only it can use it, while the threads
+/// beside it map fresh segments; on the list, the room goes to the next
+/// thread that needs some (`abandon::segment_acquire`), or back to the OS
+/// at the next purge pass, which takes in what was freed into abandoned
+/// segments (`purge::note_abandoned_free`). Returns the heap to free with
+/// — the calling thread's, made now if it had none (a thread that only
+/// frees); the static heap it had when it has exited or no heap can be
+/// had — and whether the segment was not taken over (the caller then
+/// pushes the block at once and makes a purge pass due).
 ///
 /// # Safety
 /// `seg` must be a live normal segment of a block the caller is freeing.
 #[cold]
 #[inline(never)]
-unsafe fn take_over_abandoned(heap: *mut Heap, seg: *mut Segment) -> *mut Heap {
+unsafe fn take_over_abandoned(heap: *mut Heap, seg: *mut Segment) -> (*mut Heap, bool) {
     let heap = if heap == crate::thread::heap::EMPTY_HEAP.get() {
         crate::thread::heap::current_or_init()
     } else {
         heap
     };
     if heap.is_null() || crate::thread::heap::is_static_heap(heap) {
-        return thread::heap();
+        return (thread::heap(), true);
+    }
+    // SAFETY: heap is the calling thread's; its segment list is its own.
+    if unsafe { (*heap).owns_more_segments_than(TAKE_OVER_SEGMENTS_MAX) } {
+        return (heap, true);
     }
     if crate::segment::arena::abandoned_take(seg) {
         // SAFETY: taking it off the list made the segment exclusively
         // ours; heap is the calling thread's.
         unsafe { crate::thread::abandon::reclaim(heap, seg) };
+        return (heap, false);
     }
-    heap
+    // Reclaimed by another thread meanwhile, or off the list in a purge
+    // pass's hands (which puts it back).
+    (heap, true)
 }
 
 /// Free of a block that is huge, in a parked/large page, in a page of
@@ -296,8 +313,10 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
         (*page).on_free(p);
         (*block).freed = mark;
         let mut heap = thread::heap();
+        // Whether the block goes to a segment left on the abandoned list.
+        let mut left_abandoned = false;
         if (*seg).heap.load(Ordering::Relaxed).is_null() {
-            heap = take_over_abandoned(heap, seg);
+            (heap, left_abandoned) = take_over_abandoned(heap, seg);
         }
         // Relaxed: only the owner writes its own heap here, so reading our
         // heap means we wrote it (program order), or the thread whose heap
@@ -322,8 +341,13 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
             free_local(owner, seg, page, block)
         } else {
             // A block of a local heap is pushed at once, not batched: the
-            // heap may be destroyed as soon as this free returns.
-            remote_free(heap, page, block, local_parent.is_null());
+            // heap may be destroyed as soon as this free returns. So is one
+            // of a segment left abandoned, then a purge pass made due: the
+            // pass takes in only what is on the page when it looks.
+            remote_free(heap, page, block, local_parent.is_null() && !left_abandoned);
+            if left_abandoned {
+                crate::segment::purge::note_abandoned_free();
+            }
         }
     }
 }

@@ -17,7 +17,11 @@
 //! pages keep their lists, and remote frees keep arriving on their atomic
 //! stacks. A thread that needs a segment first reclaims waiting abandoned
 //! ones (`segment_acquire`, `reclaim`): it becomes their owner and settles
-//! every page they hold.
+//! every page they hold. A thread that frees a block of an abandoned
+//! segment takes the segment over too, unless it owns more than
+//! `TAKE_OVER_SEGMENTS_MAX` already: then the block waits on its page's
+//! remote stack, taken in by the next thread that reclaims or tidies the
+//! segment, or by the next purge pass (`tidy_abandoned_segment`).
 
 use crate::segment::arena;
 use crate::segment::{Segment, PAGES_PER_SEGMENT};
@@ -42,7 +46,8 @@ const RECLAIM_MAX: usize = 64;
 /// Up to `RECLAIM_MAX` more abandoned segments are then tidied, not
 /// reclaimed (`tidy_abandoned`, when no purge pass holds the purge lock):
 /// the blocks freed into them since their thread exited (pushed on their
-/// pages' remote stacks, which only an owner collects) are taken in, the
+/// pages' remote stacks, which no owner collects; the purge pass does too,
+/// `tidy_abandoned_segment`) are taken in, the
 /// pages that emptied given back, the segments that emptied freed, and the
 /// rest stay on the list for the next thread that needs one. Taking them
 /// all would give one of a burst of new threads every segment its
@@ -230,6 +235,24 @@ unsafe fn tidy_abandoned() {
         }
         arena::abandoned_push(seg);
     }
+}
+
+/// A heap that owns more segments than this frees into an abandoned
+/// segment without taking it over (`free::take_over_abandoned`): it has
+/// room of its own, and a segment it took would hold the room the block
+/// leaves where other threads cannot use it.
+pub(crate) const TAKE_OVER_SEGMENTS_MAX: usize = 8;
+
+/// The purge pass's look at an abandoned segment it holds: takes in what
+/// was freed into it since its thread exited and gives back the pages
+/// that emptied; returns whether the segment is now empty.
+///
+/// # Safety
+/// `seg` must be a normal segment popped off the abandoned list by the
+/// caller, who holds the purge lock.
+pub(crate) unsafe fn tidy_abandoned_segment(seg: *mut Segment) -> bool {
+    // SAFETY: the caller's guarantee.
+    unsafe { release_empty_pages(seg) }
 }
 
 /// Takes in the remote frees of every in-use page of `seg` and gives back

@@ -185,6 +185,24 @@ impl Heap {
         !self.parent.is_null()
     }
 
+    /// Whether this heap owns more than `n` normal segments (walks at most
+    /// `n + 1` of them).
+    pub(crate) fn owns_more_segments_than(&self, n: usize) -> bool {
+        let mut seg = self.segments;
+        let mut count = 0;
+        while !seg.is_null() {
+            count += 1;
+            if count > n {
+                return true;
+            }
+            // The list holds the heap's live segments; only its owner, the
+            // caller, changes it.
+            // SAFETY: seg is a live segment of this heap's list.
+            seg = unsafe { (*seg).next };
+        }
+        false
+    }
+
     /// Whether this is an orphaned local heap: its thread has exited and
     /// given its memory up (local.rs); it allocates nothing.
     #[inline]

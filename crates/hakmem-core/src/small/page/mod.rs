@@ -49,9 +49,10 @@
 //!       sweep; release_span waits for a NOTIFYING pusher first──▶ free
 //!   queued, parked, large ──the owner exits: heap_abandon────▶ abandoned
 //!   abandoned ──reclaim (another heap adopts the segment): settle──▶ queued, parked or free
-//!   abandoned ──tidying (abandon::tidy_abandoned, after another heap's
-//!       reclaim, under the purge lock): collect_remote; release_span
-//!       when used reaches 0──▶ free, or abandoned again (pushed back)
+//!   abandoned ──tidying (abandon::tidy_abandoned after another heap's
+//!       reclaim, or the purge pass: abandon::tidy_abandoned_segment; under
+//!       the purge lock): collect_remote; release_span when used reaches
+//!       0──▶ free, or abandoned again (pushed back)
 //! ```
 //!
 //! `settle` (page_queue.rs) is the one place that decides between queued,

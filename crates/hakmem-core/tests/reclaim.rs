@@ -104,10 +104,13 @@ static SMALL: [AtomicUsize; STRANDED] = [const { AtomicUsize::new(0) }; STRANDED
 /// may exit, 4 the freer may exit.
 static STAGE: AtomicUsize = AtomicUsize::new(0);
 
+/// Waits for `STAGE` (a minute at most, as `wait_step`).
 fn wait_for(stage: usize) {
+    let start = std::time::Instant::now();
     // Acquire: pairs with the Release stores of `STAGE`, making `SMALL`
     // and the blocks' state visible.
     while STAGE.load(Ordering::Acquire) < stage {
+        assert!(start.elapsed().as_secs() < 60, "stage {stage} never came");
         std::thread::yield_now();
     }
 }
@@ -210,14 +213,19 @@ const FREER_SEGMENTS: usize = 9;
 /// The third part's blocks, from the owner to the freer.
 static BEHIND: [AtomicUsize; LEFT_BEHIND] = [const { AtomicUsize::new(0) }; LEFT_BEHIND];
 /// The third part's step: 1 the freer has its segments, 2 the owner has
-/// exited, 3 the freer may free its own blocks.
+/// exited, 3 the freer has freed its blocks and counted, 4 the freer may
+/// free its own blocks.
 static STEP: AtomicUsize = AtomicUsize::new(0);
 /// The freer's counts of abandoned segments before and after its frees.
 static SEEN: [AtomicUsize; 2] = [const { AtomicUsize::new(0) }; 2];
 
+/// Waits for `STEP` (a minute at most: a thread that panicked never gets
+/// there, and the test must fail, not hang).
 fn wait_step(step: usize) {
+    let start = std::time::Instant::now();
     // Acquire: pairs with the Release stores of `STEP` (and `BEHIND`).
     while STEP.load(Ordering::Acquire) < step {
+        assert!(start.elapsed().as_secs() < 60, "step {step} never came");
         std::thread::yield_now();
     }
 }

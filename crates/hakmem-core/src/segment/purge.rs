@@ -7,7 +7,9 @@
 //! segments. Cached segments, abandoned segments and cached huge mappings
 //! are purged by a global pass that any thread's slow path runs when the
 //! global deadline hint (`GLOBAL_PURGE_AT`) has passed, one thread at a
-//! time, off the lists' locks. `collect` does all of it now.
+//! time, off the lists' locks; it first tidies the abandoned segments (the
+//! blocks freed into them taken in, emptied pages and segments given
+//! back). `collect` does all of it now.
 
 use crate::huge;
 use crate::os;
@@ -190,18 +192,21 @@ pub(crate) fn note_retired() {
 /// A block was pushed on a page of an abandoned segment (`free::free_slow`,
 /// after `take_over_abandoned` left the segment on the list): a purge pass
 /// must come by within the purge delay to take it in (`purge_list`), if
-/// no thread that looks for room does first. None with purging off
-/// (`HAKMEM_PURGE_DELAY=-1`): such memory then waits for a reclaim.
+/// no thread that looks for room does first; at least `DELAY_MIN_MS` on,
+/// so that with an immediate purge (`HAKMEM_PURGE_DELAY=0`) a stream of
+/// such frees does not make every slow path run a pass. None with purging
+/// off (`HAKMEM_PURGE_DELAY=-1`): such memory then waits for a reclaim.
 pub(crate) fn note_abandoned_free() {
     let delay = crate::policy::purge_delay_ms();
     if delay < 0 {
         return;
     }
+    let delay = (delay as u64).max(crate::policy::DELAY_MIN_MS);
     // Release, after the caller's push: the pass whose claim (an Acquire
     // RMW) reads this value or a later one sees the push when it tidies
     // the segment. An RMW even when the deadline stays: a claim reading a
     // later value still continues this release sequence.
-    GLOBAL_PURGE_AT.fetch_min(os::now_ms() + delay as u64, Ordering::Release);
+    GLOBAL_PURGE_AT.fetch_min(os::now_ms() + delay, Ordering::Release);
 }
 
 /// Whether some cached memory may be due for purging at `now`.

@@ -18,8 +18,9 @@
 //! exited threads' segments first) and, for a thread that has exited, for
 //! a heap of its own for one call; `free`'s slow path hands a block of
 //! another thread's page to `thread::remote`, and takes over an abandoned
-//! segment it frees into (unless its heap owns many segments already). The heap is the unit these paths work for, and
-//! the thread layer is what decides which heap and what happens at its
+//! segment it frees into (unless its heap owns many segments already).
+//! The heap is the unit these paths work for, and the thread layer is what
+//! decides which heap and what happens at its
 //! end; the calls back are the points where a page's owner is needed.
 //!
 //! (`thread` calls down into this layer in turn: settling a reclaimed or

@@ -296,8 +296,9 @@ const RETIRED_MAX: usize = 16;
 /// A heap that owns more segments than this is abandoned at its thread's
 /// exit, not retired: what it holds is most likely blocks handed to other
 /// threads (a burst a producer left behind), which those threads take over
-/// as they free them (`free::free_slow`), rather than a working set the
-/// next thread will want.
+/// as they free them (`free::free_slow`; a thread that owns more than
+/// `TAKE_OVER_SEGMENTS_MAX` leaves them to the purge pass), rather than a
+/// working set the next thread will want.
 const RETIRE_SEGMENTS_MAX: usize = 4;
 /// A retired heap no new thread has taken over within this long is
 /// abandoned (its segments become reclaimable piece by piece).

@@ -14,7 +14,9 @@
 //! atomic stack at once: it is prepended to a chain this heap keeps for the
 //! page, and the chain is pushed whole with one CAS (`flush_batch`) when it
 //! holds `REMOTE_BATCH_BYTES`, when a block of another page needs its slot,
-//! and on the heap's periodic slow path, `collect` and thread exit. Every
+//! and on the heap's periodic slow path, `collect` and thread exit (a
+//! block of a segment left on the abandoned list is pushed at once: the
+//! purge pass that takes it in looks only at what is on the page). Every
 //! remote push steals the cache line the owner's malloc writes; batching
 //! makes that one steal per chain instead of one per block (jemalloc's and
 //! tcmalloc's thread caches and snmalloc's remote queues batch for the same

@@ -38,7 +38,7 @@
 //! | *queued* | true | 0 | the owner heap | 0, or `NOTIFYING` until the pusher that ended its parking has told the owner | in the owner's queue of its class; the fast paths allocate from it and free into it |
 //! | *parked* | true | `PAGE_IN_FULL` | 0 | `FULL_NOTIFY`, then `NOTIFYING` while the first remote pusher tells the owner | in no queue: the owner found no free block in it; every free of its blocks takes the slow path |
 //! | *large* | true | `PAGE_IN_FULL` | 0 | as parked | one block of `LARGE_CLASS`, parked from the start |
-//! | *abandoned* | true | as it was | 0 | as it was | its segment's owner exited (`Segment::heap` null); on the abandoned list |
+//! | *abandoned* | true | as it was | 0 | as it was, `FULL_NOTIFY` cleared once tidied (`collect_remote`) | its segment's owner exited (`Segment::heap` null); on the abandoned list |
 //!
 //! ```text
 //!   free ──page_alloc (refill::find_page)────────────────────▶ queued

@@ -104,15 +104,20 @@ static SMALL: [AtomicUsize; STRANDED] = [const { AtomicUsize::new(0) }; STRANDED
 /// may exit, 4 the freer may exit.
 static STAGE: AtomicUsize = AtomicUsize::new(0);
 
-/// Waits for `STAGE` (a minute at most, as `wait_step`).
-fn wait_for(stage: usize) {
+/// Waits until `counter` reaches `value` (a minute at most: a thread that
+/// panicked never gets there, and the test must fail, not hang). Acquire:
+/// pairs with the Release stores of the parts' step counters, making the
+/// blocks they hand over and the blocks' state visible.
+fn wait_until(counter: &AtomicUsize, value: usize) {
     let start = std::time::Instant::now();
-    // Acquire: pairs with the Release stores of `STAGE`, making `SMALL`
-    // and the blocks' state visible.
-    while STAGE.load(Ordering::Acquire) < stage {
-        assert!(start.elapsed().as_secs() < 60, "stage {stage} never came");
+    while counter.load(Ordering::Acquire) < value {
+        assert!(start.elapsed().as_secs() < 60, "step {value} never came");
         std::thread::yield_now();
     }
+}
+
+fn wait_for(stage: usize) {
+    wait_until(&STAGE, stage);
 }
 
 /// Blocks freed into a dead thread's segments after its exit (from another
@@ -219,15 +224,8 @@ static STEP: AtomicUsize = AtomicUsize::new(0);
 /// The freer's counts of abandoned segments before and after its frees.
 static SEEN: [AtomicUsize; 2] = [const { AtomicUsize::new(0) }; 2];
 
-/// Waits for `STEP` (a minute at most: a thread that panicked never gets
-/// there, and the test must fail, not hang).
 fn wait_step(step: usize) {
-    let start = std::time::Instant::now();
-    // Acquire: pairs with the Release stores of `STEP` (and `BEHIND`).
-    while STEP.load(Ordering::Acquire) < step {
-        assert!(start.elapsed().as_secs() < 60, "step {step} never came");
-        std::thread::yield_now();
-    }
+    wait_until(&STEP, step);
 }
 
 /// A thread that owns more than 8 segments frees every block a dead

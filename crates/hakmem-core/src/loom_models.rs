@@ -523,3 +523,54 @@ fn two_notifiers_on_two_segments_of_one_heap_are_both_seen() {
         }
     });
 }
+
+/// Issue 27: a thread frees a block into a dead thread's segment and
+/// leaves the segment on the abandoned list (here the freeing thread is
+/// exiting too, with only the static heap, as `take_over_abandoned` does
+/// for a thread that owns many segments): it pushes the block at once,
+/// notifying, then makes a purge pass due (`note_abandoned_free`, a
+/// Release RMW of the deadline). Meanwhile a purge pass runs. A pass whose
+/// claim (an Acquire CAS) reads that deadline must find the block when it
+/// tidies the segment, and give the emptied segment back without touching
+/// it while the pusher may still (`Segment::touch`); a pass that finds no
+/// deadline leaves it for the next pass, which gives the segment back.
+/// With the note or the claim Relaxed, the tidying's look at the page's
+/// remote stack may miss the push: the claimed pass leaves the segment
+/// abandoned and nothing makes another pass due.
+#[test]
+fn pass_claiming_an_abandoned_free_deadline_takes_the_block_in() {
+    use crate::segment::purge::{purge_global, GLOBAL_PURGE_AT};
+    // Any deadline is due: the pass runs when it finds one.
+    const LATE: u64 = u64::MAX - 1;
+    loom::model(|| {
+        let (owner, p) = large_block_of_this_thread();
+        let seg = SendPtr(segment::segment_of(p.0));
+        crate::thread::set_heap(heap::EXITED_HEAP.get());
+        // SAFETY: owner is this thread's heap, no longer used by it.
+        unsafe { crate::thread::abandon::heap_abandon(owner) };
+        assert_eq!(crate::segment::arena::abandoned_count(), 1);
+        // Only the free below makes a pass due.
+        GLOBAL_PURGE_AT.store(u64::MAX, Ordering::Relaxed);
+        let freer = thread::spawn(move || {
+            crate::thread::set_heap(heap::EXITED_HEAP.get());
+            let p = p.0;
+            // SAFETY: p is a live block of this allocator, freed once, here.
+            unsafe { crate::small::free::free_slow(segment::segment_of(p), p) };
+        });
+        let purger = thread::spawn(|| purge_global(LATE, false));
+        freer.join().unwrap();
+        purger.join().unwrap();
+        // The pass took the deadline: nothing is due any more.
+        let claimed = GLOBAL_PURGE_AT.load(Ordering::Relaxed) == u64::MAX;
+        if !claimed {
+            purge_global(LATE, false);
+        }
+        assert_eq!(
+            crate::segment::arena::abandoned_count(),
+            0,
+            "the block was taken in and the segment given back (by the pass that claimed: {claimed})"
+        );
+        // SAFETY: the threads are done; the header stays mapped under loom.
+        assert!(!unsafe { (*seg.0).is_mapped() }, "the emptied segment was unmapped");
+    });
+}

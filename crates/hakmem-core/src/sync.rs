@@ -9,11 +9,12 @@
 //! every build: the segment map (a static array read on every checked
 //! `free`, far too large for loom, written only when a segment is mapped or
 //! unmapped), and process-wide counters, hints and one-time state
-//! (statistics, OS call counts, the purge deadline hint, the mapping hint,
-//! the configuration's state), and the `secure` build's tables of requested
-//! sizes (a slot per block, written by the block's holder). None of them carries a protocol a model
-//! checks: each is a relaxed counter or hint, or is published once before
-//! any model runs.
+//! (statistics, OS call counts, the mapping hint, the configuration's
+//! state), and the `secure` build's tables of requested sizes (a slot per
+//! block, written by the block's holder). None of them carries a protocol a
+//! model checks: each is a relaxed counter or hint, or is published once
+//! before any model runs. (The purge deadline is modelled: it carries one
+//! Release/Acquire pair, `segment::purge::GLOBAL_PURGE_AT`.)
 //!
 //! Globals whose type holds a modelled atomic or lock (the global lists,
 //! the empty heap) are declared with [`global!`]: a plain `static` normally,

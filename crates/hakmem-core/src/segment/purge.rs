@@ -18,7 +18,7 @@ use crate::segment::{self, Segment};
 use crate::small::class::CLASS_COUNT;
 use crate::small::page_queue::queue_remove;
 use crate::small::refill::{maybe_free_segment, release_page};
-use crate::sync::{global, plain::AtomicU64, Ordering, SpinLock};
+use crate::sync::{global, AtomicU64, Ordering, SpinLock};
 use crate::thread;
 use crate::thread::heap::{is_static_heap, Heap};
 use crate::thread::remote::{flush_remote, process_notified};
@@ -173,15 +173,19 @@ pub(crate) fn collect(force: bool) {
     purge_global(now, force);
 }
 
-/// Earliest deadline of a cached or abandoned segment or huge mapping
-/// awaiting purge, of a retired heap's wait, or of a block pushed into an
-/// abandoned segment awaiting the pass's tidying (`u64::MAX` = none). A
-/// hint: checked cheaply by slow paths. Relaxed but for one pair: it orders
-/// nothing else (the lists it points at have their locks), and a stale
-/// value only moves a purge pass earlier or later. The pair: a push into
-/// an abandoned segment's page, then `note_abandoned_free`'s Release RMW,
-/// read by the pass's Acquire claim, so that the pass's tidying sees it.
-pub(crate) static GLOBAL_PURGE_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+global! {
+    /// Earliest deadline of a cached or abandoned segment or huge mapping
+    /// awaiting purge, of a retired heap's wait, or of a block pushed into an
+    /// abandoned segment awaiting the pass's tidying (`u64::MAX` = none). A
+    /// hint: checked cheaply by slow paths. Relaxed but for one pair: it orders
+    /// nothing else (the lists it points at have their locks), and a stale
+    /// value only moves a purge pass earlier or later. The pair: a push into
+    /// an abandoned segment's page, then `note_abandoned_free`'s Release RMW,
+    /// read by the pass's Acquire claim, so that the pass's tidying sees it
+    /// (loom: `pass_claiming_an_abandoned_free_deadline_takes_the_block_in`,
+    /// for which the deadline is a modelled atomic under loom).
+    pub(crate) static GLOBAL_PURGE_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+}
 
 /// A heap was retired: the global purge pass must come by to abandon it
 /// if no new thread takes it over in time.

@@ -529,28 +529,30 @@ fn two_notifiers_on_two_segments_of_one_heap_are_both_seen() {
 /// exiting too, with only the static heap, as `take_over_abandoned` does
 /// for a thread that owns many segments): it pushes the block at once,
 /// notifying, then makes a purge pass due (`note_abandoned_free`, a
-/// Release RMW of the deadline). Meanwhile a purge pass runs. A pass whose
-/// claim (an Acquire CAS) reads that deadline must find the block when it
-/// tidies the segment, and give the emptied segment back without touching
-/// it while the pusher may still (`Segment::touch`); a pass that finds no
-/// deadline leaves it for the next pass, which gives the segment back.
-/// With the note or the claim Relaxed, the tidying's look at the page's
-/// remote stack may miss the push: the claimed pass leaves the segment
-/// abandoned and nothing makes another pass due.
-#[test]
-fn pass_claiming_an_abandoned_free_deadline_takes_the_block_in() {
+/// Release RMW of the deadline). Meanwhile a purge pass runs. With
+/// `due_before` a deadline is already due when the threads start, so the
+/// pass may tidy the segment while the push and its notification are under
+/// way; without it only the note makes the pass due. A pass whose claim (an
+/// Acquire CAS) reads the note's RMW must find the block when it tidies the
+/// segment and give the emptied segment back, touching no header after its
+/// unmap (`Segment::touch`); a pass that claims before the note leaves the
+/// note's deadline for the next pass, which gives the segment back.
+fn abandoned_free_beside_a_purge_pass(due_before: bool) {
     use crate::segment::purge::{purge_global, GLOBAL_PURGE_AT};
     // Any deadline is due: the pass runs when it finds one.
     const LATE: u64 = u64::MAX - 1;
-    loom::model(|| {
+    loom::model(move || {
         let (owner, p) = large_block_of_this_thread();
         let seg = SendPtr(segment::segment_of(p.0));
         crate::thread::set_heap(heap::EXITED_HEAP.get());
         // SAFETY: owner is this thread's heap, no longer used by it.
         unsafe { crate::thread::abandon::heap_abandon(owner) };
         assert_eq!(crate::segment::arena::abandoned_count(), 1);
-        // Only the free below makes a pass due.
-        GLOBAL_PURGE_AT.store(u64::MAX, Ordering::Relaxed);
+        // What the set-up left due is replaced. A store by this thread
+        // before the spawns, which also makes the lazy static here: its
+        // first use in a spawned thread would add an ordering edge of its
+        // own, which could hide a missing Release.
+        GLOBAL_PURGE_AT.store(if due_before { 0 } else { u64::MAX }, Ordering::Relaxed);
         let freer = thread::spawn(move || {
             crate::thread::set_heap(heap::EXITED_HEAP.get());
             let p = p.0;
@@ -560,7 +562,9 @@ fn pass_claiming_an_abandoned_free_deadline_takes_the_block_in() {
         let purger = thread::spawn(|| purge_global(LATE, false));
         freer.join().unwrap();
         purger.join().unwrap();
-        // The pass took the deadline: nothing is due any more.
+        // The pass's claim came after the note (nothing is due any more:
+        // the pass leaves nothing due of its own here, no retired heap, no
+        // cache), so it read the note's RMW.
         let claimed = GLOBAL_PURGE_AT.load(Ordering::Relaxed) == u64::MAX;
         if !claimed {
             purge_global(LATE, false);
@@ -568,9 +572,26 @@ fn pass_claiming_an_abandoned_free_deadline_takes_the_block_in() {
         assert_eq!(
             crate::segment::arena::abandoned_count(),
             0,
-            "the block was taken in and the segment given back (by the pass that claimed: {claimed})"
+            "the block was taken in and the segment given back (by the pass that claimed after the note: {claimed})"
         );
         // SAFETY: the threads are done; the header stays mapped under loom.
         assert!(!unsafe { (*seg.0).is_mapped() }, "the emptied segment was unmapped");
     });
+}
+
+/// `abandoned_free_beside_a_purge_pass`, the pass made due by the note
+/// alone. With the note or the claim Relaxed, or the note before the push,
+/// the tidying's look at the page's remote stack may miss the push: the
+/// claimed pass leaves the segment abandoned and nothing makes another
+/// pass due.
+#[test]
+fn pass_claiming_an_abandoned_free_deadline_takes_the_block_in() {
+    abandoned_free_beside_a_purge_pass(false);
+}
+
+/// `abandoned_free_beside_a_purge_pass`, a pass already due: it may tidy
+/// the segment while the free's push and notification are under way.
+#[test]
+fn pass_already_due_tidies_beside_a_notifying_free_into_an_abandoned_segment() {
+    abandoned_free_beside_a_purge_pass(true);
 }

@@ -182,8 +182,9 @@ global! {
     /// value only moves a purge pass earlier or later. The pair: a push into
     /// an abandoned segment's page, then `note_abandoned_free`'s Release RMW,
     /// read by the pass's Acquire claim, so that the pass's tidying sees it
-    /// (loom: `pass_claiming_an_abandoned_free_deadline_takes_the_block_in`,
-    /// for which the deadline is a modelled atomic under loom).
+    /// (a modelled atomic under loom, for
+    /// `pass_claiming_an_abandoned_free_deadline_takes_the_block_in` and
+    /// `pass_already_due_tidies_beside_a_notifying_free_into_an_abandoned_segment`).
     pub(crate) static GLOBAL_PURGE_AT: AtomicU64 = AtomicU64::new(u64::MAX);
 }
 

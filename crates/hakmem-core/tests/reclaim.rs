@@ -5,9 +5,10 @@
 //! while the others map fresh segments (docs/BENCHMARKS.md, "Threads that
 //! come and go").
 //!
-//! The segments it looks at past that one are tidied instead: what was
-//! freed into them after their thread exited goes back, and the emptied
-//! ones leave the list.
+//! A few of the segments it looks at past that one are tidied instead
+//! (what was freed into them after their thread exited goes back, and the
+//! emptied ones leave the list); the purge pass those late frees make due
+//! tidies the rest.
 //!
 //! A thread that already owns many segments frees a block of an abandoned
 //! segment without taking the segment over (`free::take_over_abandoned`):
@@ -30,10 +31,11 @@ static GLOBAL: Hakmem = Hakmem;
     feature = "secure",
     ignore = "secure builds: blocks this large are huge mappings, not segments"
 )]
-fn a_new_thread_reclaims_one_abandoned_segment_and_tidies_the_rest() {
+fn abandoned_segments_are_reclaimed_one_at_a_time_and_tidied() {
     reclaims_one_abandoned_segment_with_room_not_all();
     blocks_freed_into_abandoned_segments_after_the_exit_go_back();
     a_thread_with_many_segments_frees_into_abandoned_ones_without_taking_them();
+    a_batch_pushed_into_an_abandoned_segment_makes_a_purge_pass_due();
 }
 
 /// Segments the exiting thread leaves, each holding one live block.
@@ -121,7 +123,8 @@ fn wait_for(stage: usize) {
 }
 
 /// Blocks freed into a dead thread's segments after its exit (from another
-/// thread's batches) empty them; the next acquisition gives them all back.
+/// thread's batches) empty them; the next acquisition gives some back at
+/// once, the purge pass the rest.
 fn blocks_freed_into_abandoned_segments_after_the_exit_go_back() {
     let before = hakmem_core::abandoned_count();
     assert_eq!(before, 0, "abandoned segments before the test");
@@ -184,27 +187,50 @@ fn blocks_freed_into_abandoned_segments_after_the_exit_go_back() {
     // A new thread asks for the largest blocks a segment holds until one
     // of them needs a segment its heap does not have (a retired heap it
     // may take over has at most 4): that one acquisition reclaims the
-    // first abandoned segment and tidies the others, all empty now.
-    std::thread::spawn(move || {
+    // first abandoned segment and tidies a few of the others, all empty
+    // now.
+    let during = std::thread::spawn(move || {
         let mut blocks = Vec::new();
         while hakmem_core::abandoned_count() == abandoned && blocks.len() < 8 {
             let p = hakmem_core::malloc(hakmem_core::LARGE_SIZE_MAX);
             assert!(!p.is_null());
             blocks.push(p as usize);
         }
+        let during = hakmem_core::abandoned_count();
         for p in blocks {
             // SAFETY: blocks of this allocator, each freed once.
             unsafe { hakmem_core::free(p as *mut u8) };
         }
+        during
     })
     .join()
     .unwrap();
+    // Unless a pass came between the two exits and took them all (then
+    // there was nothing to tidy).
+    if abandoned >= 2 {
+        assert!(
+            during + 2 <= abandoned,
+            "the acquisition reclaimed one of {abandoned} abandoned segments, all emptied, and tidied none ({during} left)"
+        );
+    }
+    // The rest go back at the purge pass (the owner's frees and the late
+    // ones made it due).
+    let left = wait_for_abandoned(0);
     assert_eq!(
-        hakmem_core::abandoned_count(),
-        0,
-        "{} of {abandoned} abandoned segments, emptied by frees after their thread exited, were not given back",
-        hakmem_core::abandoned_count()
+        left, 0,
+        "{left} of {abandoned} abandoned segments, emptied by frees after their thread exited, were not given back"
     );
+}
+
+/// Runs the purge pass when due (`collect(false)`) until `target`
+/// abandoned segments are left, for 10 s at most; returns how many are.
+fn wait_for_abandoned(target: usize) -> usize {
+    let start = std::time::Instant::now();
+    while hakmem_core::abandoned_count() > target && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        hakmem_core::collect(false);
+    }
+    hakmem_core::abandoned_count()
 }
 
 /// Blocks the third part's owner leaves: 13 blocks of 16 or 14 units, two
@@ -292,18 +318,111 @@ fn a_thread_with_many_segments_frees_into_abandoned_ones_without_taking_them() {
     );
     // No thread asks for a segment: the purge pass (due within the purge
     // delay) takes in the freed blocks and gives the segments back.
-    let start = std::time::Instant::now();
-    while hakmem_core::abandoned_count() != 0 && start.elapsed() < std::time::Duration::from_secs(10) {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        hakmem_core::collect(false);
-    }
-    let left = hakmem_core::abandoned_count();
+    let left = wait_for_abandoned(0);
     STEP.store(4, Ordering::Release);
     freer.join().unwrap();
     assert_eq!(
-        left,
-        0,
-        "abandoned segments whose blocks were all freed are still on the list after {:?}",
-        start.elapsed()
+        left, 0,
+        "abandoned segments whose blocks were all freed are still on the list after 10 s"
     );
+}
+
+/// The fourth part's block, from the owner to the freer.
+static LATE: AtomicUsize = AtomicUsize::new(0);
+/// The fourth part's step: 1 the owner has allocated, 2 the freer has the
+/// block in a batch, 3 the owner may exit, 4 it has and the watcher has
+/// counted the pages in use, 5 the freer has pushed the batch, 6 the freer
+/// may exit.
+static LATE_STEP: AtomicUsize = AtomicUsize::new(0);
+
+/// A block a thread freed into its batch while the owner lived, pushed
+/// only after the owner's exit (`thread::remote::flush_batch`), makes a
+/// purge pass due, which takes it in and gives back the page it emptied:
+/// nothing else would, with no thread looking for room and no other
+/// deadline pending.
+fn a_batch_pushed_into_an_abandoned_segment_makes_a_purge_pass_due() {
+    // Nothing due from the earlier parts (retired heaps abandoned, free
+    // pages purged): a pass must come of this part's push alone.
+    hakmem_core::collect(true);
+    let before = hakmem_core::abandoned_count();
+    // The owner: one block of a class of its own (batched when freed by
+    // another thread: under 4 KiB), then blocks of a whole segment each,
+    // kept: more segments than a retired heap may own, so its exit
+    // abandons them. It frees nothing: no page of it goes back, no
+    // deadline is set.
+    let owner = std::thread::spawn(|| {
+        let p = hakmem_core::malloc(3500);
+        assert!(!p.is_null());
+        LATE.store(p as usize, Ordering::Relaxed);
+        let large: Vec<usize> = (0..5)
+            .map(|_| {
+                let p = hakmem_core::malloc(hakmem_core::LARGE_SIZE_MAX);
+                assert!(!p.is_null());
+                p as usize
+            })
+            .collect();
+        LATE_STEP.store(1, Ordering::Release);
+        wait_until(&LATE_STEP, 3);
+        large
+    });
+    let freer = std::thread::spawn(|| {
+        // A heap of its own first: a thread without one pushes at once.
+        let own = hakmem_core::malloc(64);
+        assert!(!own.is_null());
+        wait_until(&LATE_STEP, 1);
+        // SAFETY: a block of this allocator, freed once.
+        unsafe { hakmem_core::free(LATE.load(Ordering::Relaxed) as *mut u8) };
+        LATE_STEP.store(2, Ordering::Release);
+        wait_until(&LATE_STEP, 4);
+        // Pushes the batch into the abandoned page (and runs no pass: none
+        // is due yet).
+        hakmem_core::collect(false);
+        LATE_STEP.store(5, Ordering::Release);
+        // Stays until the test has looked: its exit would retire its heap,
+        // which makes a pass due of its own accord.
+        wait_until(&LATE_STEP, 6);
+        // SAFETY: its own block, freed once.
+        unsafe { hakmem_core::free(own) };
+    });
+    wait_until(&LATE_STEP, 2);
+    LATE_STEP.store(3, Ordering::Release);
+    let large = owner.join().unwrap();
+    // What is due now, a pass run at once: the look a second after each
+    // new thread's heap (`thread::live`: is it still alive?) and the pass
+    // the owner's exit made due for pushes racing it (`abandon_segments`).
+    // The pass finds the block still in the freer's batch; only the late
+    // push can make the next one due.
+    hakmem_core::collect(true);
+    let abandoned = hakmem_core::abandoned_count();
+    assert!(
+        abandoned >= before + 5,
+        "{abandoned} segments abandoned after the owner's exit, {before} before"
+    );
+    // A thread without a heap watches and runs the pass when due: its
+    // `collect` gives back nothing of its own, so the only page that can
+    // go is the owner's. It counts the pages in use once started (its
+    // start may have taken a page for the main thread), then lets the
+    // freer push.
+    let watcher = std::thread::spawn(move || {
+        let pages = hakmem_core::stats().pages_in_use;
+        LATE_STEP.store(4, Ordering::Release);
+        wait_until(&LATE_STEP, 5);
+        let start = std::time::Instant::now();
+        while hakmem_core::stats().pages_in_use >= pages && start.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            hakmem_core::collect(false);
+        }
+        hakmem_core::stats().pages_in_use < pages
+    });
+    let released = watcher.join().unwrap();
+    LATE_STEP.store(6, Ordering::Release);
+    freer.join().unwrap();
+    assert!(
+        released,
+        "the page a late batch emptied in an abandoned segment was not given back within 10 s"
+    );
+    for p in large {
+        // SAFETY: blocks of this allocator, each freed once.
+        unsafe { hakmem_core::free(p as *mut u8) };
+    }
 }

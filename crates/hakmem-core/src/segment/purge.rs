@@ -195,7 +195,10 @@ pub(crate) fn note_retired() {
 }
 
 /// A block was pushed on a page of an abandoned segment (`free::free_slow`,
-/// after `take_over_abandoned` left the segment on the list): a purge pass
+/// after `take_over_abandoned` left the segment on the list; a batch
+/// flushed after the owner's exit, `remote::flush_batch`), or may be by a
+/// thread that read the owner before its exit (`abandon::abandon_segments`,
+/// after publishing segments with blocks in use): a purge pass
 /// must come by within the purge delay to take it in (`purge_list`), if
 /// no thread that looks for room does first; at least `DELAY_MIN_MS` on,
 /// so that with an immediate purge (`HAKMEM_PURGE_DELAY=0`) a stream of

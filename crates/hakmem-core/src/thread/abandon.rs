@@ -38,12 +38,22 @@ use core::ptr;
 /// Abandoned segments examined per segment acquisition at most: bounds
 /// the pause when many of them have no room for the request.
 const RECLAIM_MAX: usize = 64;
+/// Abandoned segments tidied after an acquisition that reclaimed one: a
+/// look at the top of the list, not the whole of it. Each tidied segment
+/// is off the list meanwhile, where a thread that needs room cannot find
+/// it; with up to 64, `rethread` took 6–16 % longer at 4 and 16 threads
+/// per round (docs/BENCHMARKS.md, "The tidying after a reclaim"). The
+/// rest of what late frees left in abandoned segments goes back at the
+/// purge pass those frees make due (`purge::note_abandoned_free`), which
+/// tidies them all — unless purging is off (`HAKMEM_PURGE_DELAY=-1`):
+/// then at the reclaims and tidyings of later acquisitions only.
+const TIDY_MAX: usize = 4;
 
 /// A segment with room for `units` pages. Reclaims waiting abandoned
 /// segments first, up to the first with room, then takes one from the
 /// cache or the OS. Null when out of memory.
 ///
-/// Up to `RECLAIM_MAX` more abandoned segments are then tidied, not
+/// Up to `TIDY_MAX` more abandoned segments are then tidied, not
 /// reclaimed (`tidy_abandoned`, when no purge pass holds the purge lock):
 /// the blocks freed into them since their thread exited (pushed on their
 /// pages' remote stacks, which no owner collects; the purge pass does too,
@@ -177,6 +187,7 @@ unsafe fn abandon_segments(heap: *mut Heap) {
         flush_remote(heap);
         let mut seg = (*heap).segments;
         (*heap).segments = ptr::null_mut();
+        let mut published = false;
         while !seg.is_null() {
             let next = (*seg).next;
             (*seg).next = ptr::null_mut();
@@ -192,14 +203,23 @@ unsafe fn abandon_segments(heap: *mut Heap) {
                 // by whoever reclaims it (`reclaim`'s full pass).
                 (*seg).heap.store(ptr::null_mut(), Ordering::Relaxed);
                 arena::abandoned_push(seg);
+                published = true;
             }
             seg = next;
+        }
+        // A thread that read this heap as the owner before the store above
+        // may push blocks after `release_empty_pages` collected: nothing
+        // would make a pass due for them (`free::free_slow` and
+        // `remote::flush_batch` note only what they see abandoned). The
+        // pass this makes due takes them in when it comes after the push.
+        if published {
+            crate::segment::purge::note_abandoned_free();
         }
         pool_put(heap);
     }
 }
 
-/// Looks at up to `RECLAIM_MAX` abandoned segments: gives back what has
+/// Looks at up to `TIDY_MAX` abandoned segments: gives back what has
 /// been freed into them since their thread exited (blocks pushed on their
 /// pages' remote stacks, which no owner collects), frees the segments that
 /// emptied, and puts the rest back on the list in their order, for the
@@ -211,7 +231,7 @@ unsafe fn abandon_segments(heap: *mut Heap) {
 unsafe fn tidy_abandoned() {
     // Linked through `next`, in the order popped reversed.
     let mut kept: *mut Segment = ptr::null_mut();
-    for _ in 0..RECLAIM_MAX {
+    for _ in 0..TIDY_MAX {
         let seg = arena::abandoned_pop();
         if seg.is_null() {
             break;

@@ -119,10 +119,29 @@ pub(crate) unsafe fn remote_free(heap: *mut Heap, page: *mut Page, block: *mut B
 /// `batch` must be a slot of the calling thread's heap.
 unsafe fn flush_batch(batch: &mut RemoteBatch) {
     if !batch.page.is_null() {
+        // A chain pushed into an abandoned segment (its thread exited while
+        // the chain waited here) makes a purge pass due, as a free into one
+        // does (`free::free_slow`): otherwise its blocks would wait for a
+        // thread that reclaims or tidies that very segment. Read before the
+        // push, while the blocks keep the page in use and the segment
+        // mapped (nothing of it is touched after the push). An owner that
+        // exits between this read and the push has made a pass due itself
+        // (`abandon::abandon_segments`). Relaxed: a hint for the note, which
+        // is what orders the push for the pass (`note_abandoned_free`).
+        let seg = segment::segment_of(batch.page as *const u8);
+        // SAFETY: the batch's blocks keep batch.page in use, so its segment is mapped.
+        let abandoned = unsafe {
+            (*seg).touch();
+            (*seg).heap.load(Ordering::Relaxed)
+        }
+        .is_null();
         // SAFETY: the chain's blocks are blocks of batch.page this thread
         // freed; the page stays in use while they are counted in `used`.
         unsafe { push_chain(batch.page, batch.head, batch.tail, batch.count) };
         *batch = RemoteBatch::EMPTY;
+        if abandoned {
+            crate::segment::purge::note_abandoned_free();
+        }
     }
 }
 

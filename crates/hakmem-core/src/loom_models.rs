@@ -8,7 +8,7 @@
 
 extern crate std;
 
-use crate::list::{Linked, LockedList};
+use crate::list::LockedList;
 use crate::segment;
 use crate::small::page::{Block, Page, PAGE_IN_FULL};
 use crate::sync::{AtomicU32, Ordering};
@@ -445,16 +445,11 @@ fn local_heap_creator_free_racing_a_remote_free_of_the_same_page() {
     });
 }
 
-struct Node {
-    next: *mut Node,
-}
+type Node = crate::list::TestNode;
 
-// SAFETY: `next` is used by the one list the model has.
-unsafe impl Linked for Node {
-    fn next_link(this: *mut Self) -> *mut *mut Self {
-        // SAFETY: this is a valid Node.
-        unsafe { &raw mut (*this).next }
-    }
+/// A node of the models' own, freed by the model (`Box::from_raw`).
+fn new_node() -> *mut Node {
+    Box::into_raw(Box::new(Node::EMPTY))
 }
 
 /// The segment cache / abandoned list: concurrent push and pop lose and
@@ -467,9 +462,7 @@ fn locked_list_push_pop_loses_nothing() {
             .map(|_| {
                 let list = list.clone();
                 thread::spawn(move || {
-                    let node = Box::into_raw(Box::new(Node {
-                        next: core::ptr::null_mut(),
-                    }));
+                    let node = new_node();
                     assert!(list.push(node, usize::MAX));
                     SendPtr(list.pop())
                 })
@@ -484,6 +477,52 @@ fn locked_list_push_pop_loses_nothing() {
         popped.dedup();
         assert_eq!(popped.len(), 2);
         assert_eq!(list.len(), 0);
+    });
+}
+
+/// A free into an abandoned segment takes it off the list (`remove`) while
+/// another thread pops: the node is taken exactly once, by one or the
+/// other, and the list stays whole. Both the head (the node the pop may
+/// take) and the tail (whose back link the pop rewrites) are removed.
+#[test]
+fn locked_list_remove_beside_pop_takes_each_node_once() {
+    for tail in [false, true] {
+        locked_list_remove_beside_pop(tail);
+    }
+}
+
+fn locked_list_remove_beside_pop(tail: bool) {
+    loom::model(move || {
+        let list = Arc::new(LockedList::<Node>::new());
+        let (head, last) = (new_node(), new_node());
+        assert!(list.push(last, usize::MAX));
+        assert!(list.push(head, usize::MAX));
+        let (x, y) = if tail { (last, head) } else { (head, last) };
+        let remover = {
+            let (list, x) = (list.clone(), SendPtr(x));
+            // SAFETY: x is valid until the model frees it, and on this list or none.
+            thread::spawn(move || unsafe { list.remove(x.0) })
+        };
+        let popper = {
+            let list = list.clone();
+            thread::spawn(move || SendPtr(list.pop()))
+        };
+        let removed = remover.join().unwrap();
+        let mut popped = std::vec![popper.join().unwrap().0];
+        while let Some(p) = Some(list.pop()).filter(|p| !p.is_null()) {
+            popped.push(p);
+        }
+        let popped_x = popped.iter().filter(|&&p| p == x).count();
+        assert_eq!(usize::from(removed) + popped_x, 1, "x taken once");
+        assert_eq!(popped.iter().filter(|&&p| p == y).count(), 1, "y taken once");
+        assert_eq!(list.len(), 0);
+        // SAFETY: as above.
+        assert!(!unsafe { list.remove(x) }, "x is on no list any more");
+        // SAFETY: both nodes are off the list; made by Node::new.
+        unsafe {
+            drop(Box::from_raw(x));
+            drop(Box::from_raw(y));
+        }
     });
 }
 

@@ -3,8 +3,10 @@
 //! (`segment_free`), and the list of segments abandoned by exited threads
 //! (`abandoned_push`/`abandoned_pop`; reclaim is in abandon.rs).
 //!
-//! Both lists are intrusive stacks through `Segment::next`, under a spin
-//! lock held for a few instructions, never across a system call; `fork`
+//! Both lists are intrusive stacks through `Segment::next` and `prev`
+//! (`list::LockedList`: a segment is taken out of the middle in O(1)),
+//! under a spin lock held for a few instructions, never across a system
+//! call; `fork`
 //! takes the locks first (`lock_all`). A normal segment is in exactly one
 //! of: its owner heap's list, the abandoned list, the cache — or, for a
 //! moment, held off a list by the thread that popped it (a reclaim, a
@@ -31,12 +33,22 @@ pub(crate) const SEGMENT_CACHE_MAX: usize = if NO_CACHES { 0 } else { 32 };
 
 pub(crate) type SegmentList = LockedList<Segment>;
 
-// SAFETY: `next` is the segment's list link, used by exactly one list at a
-// time (owner list, cache or abandoned list: see the module invariants).
+// SAFETY: `next` and `prev` are the segment's list links, used by exactly
+// one list at a time (owner list, cache or abandoned list: see the module
+// invariants); `listed` is written only by the cache and the abandoned
+// list, under their locks, and is null in a fresh (zeroed) header.
 unsafe impl Linked for Segment {
     fn next_link(this: *mut Self) -> *mut *mut Self {
         // SAFETY: this is a valid segment (the trait's contract).
         unsafe { &raw mut (*this).next }
+    }
+    fn prev_link(this: *mut Self) -> *mut *mut Self {
+        // SAFETY: as above.
+        unsafe { &raw mut (*this).prev }
+    }
+    fn list_link(this: *mut Self) -> *mut *const () {
+        // SAFETY: as above.
+        unsafe { &raw mut (*this).listed }
     }
 }
 
@@ -130,6 +142,7 @@ pub(crate) unsafe fn segment_free(segment: *mut Segment) {
 pub(crate) unsafe fn segment_unmap(segment: *mut Segment) {
     // SAFETY: the caller guarantees the segment is ours and unreferenced.
     unsafe {
+        debug_assert!((*segment).listed.is_null(), "a listed segment unmapped");
         let purged = (*segment).purged_units.count_ones() as usize * PAGE_SIZE;
         stats::committed(-((SEGMENT_SIZE - purged) as isize));
         stats::segment_mapped(-1);
@@ -158,8 +171,14 @@ pub(crate) fn abandoned_pop() -> *mut Segment {
 
 /// Takes `segment` off the abandoned list if it is still there (nobody has
 /// reclaimed it meanwhile); returns whether it was.
-pub(crate) fn abandoned_take(segment: *mut Segment) -> bool {
-    ABANDONED.remove(segment)
+///
+/// # Safety
+/// `segment` must be a mapped normal segment that cannot be going onto or
+/// off the cache meanwhile (one with a block in use, which an empty
+/// segment in the cache never has).
+pub(crate) unsafe fn abandoned_take(segment: *mut Segment) -> bool {
+    // SAFETY: the caller's guarantee; the abandoned list's own pushes and pops are under its lock.
+    unsafe { ABANDONED.remove(segment) }
 }
 
 /// Calls `f` on every abandoned segment (fork's child, which is alone).

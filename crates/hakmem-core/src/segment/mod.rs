@@ -147,6 +147,9 @@ pub(crate) struct Segment {
     /// Links in the owner heap's list, the cache or the abandoned list.
     pub(crate) next: *mut Segment,
     pub(crate) prev: *mut Segment,
+    /// The global list (the cache or the abandoned list) the segment is on,
+    /// null when none: written only by that list, under its lock (list.rs).
+    pub(crate) listed: *const (),
     /// Page metadata by page index (entry 0, the header page's, is never
     /// in use).
     pub(crate) pages: [Page; PAGES_PER_SEGMENT],
@@ -202,6 +205,7 @@ impl Segment {
                     quarantined_at: 0,
                     next: ptr::null_mut(),
                     prev: ptr::null_mut(),
+                    listed: ptr::null(),
                     pages: core::array::from_fn(|_| Page::empty()),
                     mapped: loom::cell::UnsafeCell::new(true),
                 },
@@ -379,6 +383,7 @@ impl Segment {
 
     /// Resets the header of a segment that is about to be (re)used as normal.
     pub(crate) fn init_normal(&mut self, fresh: bool) {
+        debug_assert!(self.listed.is_null(), "a listed segment reused");
         // Relaxed: the segment is exclusively ours (fresh or from the
         // cache); the adopting heap publishes it (see `adopt`).
         self.heap.store(ptr::null_mut(), Ordering::Relaxed);

@@ -267,7 +267,8 @@ unsafe fn take_over_abandoned(heap: *mut Heap, seg: *mut Segment) -> (*mut Heap,
     if unsafe { (*heap).owns_more_segments_than(TAKE_OVER_SEGMENTS_MAX) } {
         return (heap, true);
     }
-    if crate::segment::arena::abandoned_take(seg) {
+    // SAFETY: seg holds the block being freed, still counted in use: mapped, and never in the cache.
+    if unsafe { crate::segment::arena::abandoned_take(seg) } {
         // SAFETY: taking it off the list made the segment exclusively
         // ours; heap is the calling thread's.
         unsafe { crate::thread::abandon::reclaim(heap, seg) };

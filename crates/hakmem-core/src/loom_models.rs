@@ -518,7 +518,7 @@ fn locked_list_remove_beside_pop(tail: bool) {
         assert_eq!(list.len(), 0);
         // SAFETY: as above.
         assert!(!unsafe { list.remove(x) }, "x is on no list any more");
-        // SAFETY: both nodes are off the list; made by Node::new.
+        // SAFETY: both nodes are off the list; made by new_node.
         unsafe {
             drop(Box::from_raw(x));
             drop(Box::from_raw(y));

@@ -41,7 +41,10 @@ pub(super) fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
         let Some(placed) = round(room, align.max(crate::MIN_ALIGN)) else {
             return (ptr::null_mut(), false);
         };
-        (PAGE_SIZE + data - placed, data)
+        // placed <= data: the block ends against the last guard page; the
+        // sum cannot overflow (data alone may come within a page of
+        // usize::MAX: `total` below refuses it).
+        (PAGE_SIZE + (data - placed), data)
     } else {
         let Some(data) = round(room, page) else {
             return (ptr::null_mut(), false);

@@ -16,7 +16,10 @@
 //!   bytes for a block never handed out), its last byte zero. Blocks
 //!   follow from `unit + 4 KiB`, so a linear overflow of one block never
 //!   reaches a table without crossing a guard first.
-//!   Every span is one unit; larger blocks are huge (their own mapping,
+//!   A span of several units (the classes above 8 KiB,
+//!   `class::span_pages`) repeats that layout in each: no block straddles
+//!   two units, so the largest class is still what one unit holds beside
+//!   its table and guard page. Larger blocks are huge (their own mapping,
 //!   the block placed against a guard page after it, a guard page before).
 //! * The last byte of every slot is zero from carving on and never
 //!   written by hakmem (the table's last byte, in front of the first block,
@@ -328,11 +331,12 @@ pub(crate) unsafe fn fill(p: *mut u8, len: usize) {
     unsafe { core::ptr::write_bytes(p, CANARY, len) };
 }
 
-/// Fills a unit's table (`UNIT_TABLE_BYTES` at `table`) for a page of
-/// `blocks` blocks taking the unit: their size slots read 0xDEDE (never
-/// handed out), and the table's last byte, the one in front of the first
-/// block, is zero (see the module doc: it is never written again while
-/// blocks live there). The bytes between are never read.
+/// Fills a unit's table (`UNIT_TABLE_BYTES` at `table`) for a page whose
+/// `blocks` blocks in the unit are taking it: their size slots read
+/// 0xDEDE (never handed out), and the table's last byte, the one in front
+/// of the unit's first block, is zero (see the module doc: it is never
+/// written again while blocks live there). The bytes between are never
+/// read.
 ///
 /// # Safety
 /// The table must be writable, and the unit hold no live block; `blocks`
@@ -425,24 +429,17 @@ pub(crate) unsafe fn first_nonzero_in_body(p: *const u8, bs: usize) -> Option<us
         .find_map(|&(start, end)| unsafe { first_nonzero(p.add(start), end - start) }.map(|i| start + i))
 }
 
-/// Zeroes what must read as zero in `n` slots of `bs` bytes at `p` being
-/// carved from memory that held other data (`zero_ranges`, their last
-/// bytes included: no block lives there yet).
+/// Zeroes what must read as zero in the slot of `bs` bytes at `p`, being
+/// carved from memory that held other data (`zero_ranges`, its last byte
+/// included: no block lives there yet).
 ///
 /// # Safety
-/// `[p, p + n * bs)` must be writable, the caller's, and hold no live block.
+/// `[p, p + bs)` must be writable, the caller's, and hold no live block.
 #[cfg(feature = "secure")]
-pub(crate) unsafe fn zero_carved(p: *mut u8, n: usize, bs: usize) {
-    if bs <= WHOLE_ZERO_MAX {
-        // SAFETY: the caller's guarantee.
-        unsafe { zero(p, n * bs) };
-        return;
-    }
-    for i in 0..n {
-        for (start, end) in zero_ranges(bs) {
-            // SAFETY: the caller's guarantee; slot i's range lies inside.
-            unsafe { zero(p.add(i * bs + start), end - start) };
-        }
+pub(crate) unsafe fn zero_carved(p: *mut u8, bs: usize) {
+    for (start, end) in zero_ranges(bs) {
+        // SAFETY: the caller's guarantee; the range lies inside the slot.
+        unsafe { zero(p.add(start), end - start) };
     }
 }
 

@@ -42,7 +42,7 @@
 //! at the old address): its `realloc` copies.
 //!
 //! The `secure` build (`secure_alloc`) serves every block too large for
-//! its single-unit spans here, placed against a guard page after it, with
+//! one unit of its spans here, placed against a guard page after it, with
 //! guard pages before it, zero (fresh from the OS, or zeroed as it leaves
 //! quarantine), never resized with `mremap`. Freed, its mapping waits in
 //! quarantine in the huge cache's slots, `PROT_NONE`, for reuse after 8

@@ -79,8 +79,8 @@ pub const PAGES_PER_SEGMENT: usize = SEGMENT_SIZE / PAGE_SIZE;
 /// Bitmap of the pages a fresh segment can hand out (all but the header's).
 const ALL_BLOCK_PAGES: u32 = !1;
 /// Largest block placed inside a segment (31 pages); larger ones are huge.
-/// `secure` builds, whose spans are single units, place only what a size
-/// class serves (a request up to one byte less than its largest class,
+/// `secure` builds, where no block straddles two units, place only what a
+/// size class serves (a request up to one byte less than its largest class,
 /// for the canary) inside segments.
 pub const LARGE_SIZE_MAX: usize = if cfg!(feature = "secure") {
     crate::check::secure::CLASS_SIZE_MAX - 1

@@ -289,7 +289,7 @@ unsafe fn alloc_slow(heap: *mut Heap, class: usize, size: usize) -> *mut u8 {
 /// Allocates a large block (`MEDIUM_SIZE_MAX < size <= LARGE_SIZE_MAX`, or
 /// any size up to that with alignment up to `PAGE_SIZE`) from `heap`: a
 /// span of whole pages holding one block. Returns the block and whether it
-/// is zeroed. (Not in `secure` builds, whose spans are single units: their
+/// is zeroed. (Not in `secure` builds, whose blocks all fit one unit: their
 /// large blocks are huge.)
 ///
 /// # Safety

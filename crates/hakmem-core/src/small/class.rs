@@ -131,12 +131,24 @@ pub fn aligned_class(size: usize, align: usize) -> Option<usize> {
     (p <= MEDIUM_SIZE_MAX).then(|| class_of(p))
 }
 
-/// Number of 64 KiB pages a page of `class` spans.
-/// (`secure`: always one, with its guard page at its end.)
+/// ... and (`secure`) in at most 512 KiB: a unit of the secure layout
+/// holds 1 to 6 blocks above 8 KiB (its table and guard page take 8 KiB
+/// and more), so the classes of 32 and 40 KiB get 8 blocks.
+const SECURE_SPAN_PAGES_CAP: usize = 8;
+
+/// Number of 64 KiB pages a page of `class` spans. (`secure`: every unit
+/// of a span holds its own table, blocks and guard page, so no block
+/// straddles two units: a class above 8 KiB gets the units `SPAN_BLOCKS`
+/// blocks need, at most `SECURE_SPAN_PAGES_CAP`.)
 pub fn span_pages(class: usize) -> usize {
     let bs = BLOCK_SIZE[class];
-    if bs <= SINGLE_PAGE_BLOCK_MAX || cfg!(feature = "secure") {
+    if bs <= SINGLE_PAGE_BLOCK_MAX {
         1
+    } else if cfg!(feature = "secure") {
+        let per_unit =
+            (crate::segment::PAGE_SIZE - crate::check::secure::UNIT_TABLE_BYTES - crate::check::secure::guard_bytes())
+                / bs;
+        SPAN_BLOCKS.div_ceil(per_unit.max(1)).min(SECURE_SPAN_PAGES_CAP)
     } else {
         let pages = |blocks: usize| (bs * blocks).div_ceil(crate::segment::PAGE_SIZE);
         pages(SPAN_BLOCKS).min(SPAN_PAGES_CAP).max(pages(MIN_BLOCKS_PER_SPAN))
@@ -234,6 +246,36 @@ mod tests {
                 }
             }
             align *= 2;
+        }
+    }
+
+    #[test]
+    #[cfg(feature = "secure")]
+    fn secure_spans_hold_enough_blocks_in_whole_units() {
+        let per_unit = |bs: usize| {
+            (crate::segment::PAGE_SIZE - crate::check::secure::UNIT_TABLE_BYTES - crate::check::secure::guard_bytes())
+                / bs
+        };
+        for (c, &bs) in BLOCK_SIZE.iter().enumerate() {
+            if bs > crate::check::secure::CLASS_SIZE_MAX {
+                break;
+            }
+            let (pages, in_unit) = (span_pages(c), per_unit(bs));
+            assert!(in_unit >= 1, "class {c} ({bs} B) fits no unit");
+            if bs <= SINGLE_PAGE_BLOCK_MAX {
+                assert_eq!(pages, 1, "class {c} ({bs} B)");
+                continue;
+            }
+            let blocks = pages * in_unit;
+            assert!(pages <= SECURE_SPAN_PAGES_CAP, "class {c} ({bs} B): {pages} pages");
+            assert!(
+                blocks >= SPAN_BLOCKS || pages == SECURE_SPAN_PAGES_CAP,
+                "class {c} ({bs} B): {blocks} blocks in {pages} pages"
+            );
+            assert!(
+                (pages - 1) * in_unit < SPAN_BLOCKS,
+                "class {c} ({bs} B): a unit fewer would hold enough"
+            );
         }
     }
 

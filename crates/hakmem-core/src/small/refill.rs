@@ -173,17 +173,23 @@ pub(crate) unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_
         };
         let fresh = (*seg).mark_dirty(first, units);
         let page = &mut (*seg).pages[first] as *mut Page;
-        // `secure`: the unit's table first, its guard page last (secure.rs).
+        // `secure`: each unit's table first, its guard page last, the
+        // blocks between (secure.rs); `bytes` is then per unit.
         let start = (*seg).page_start(first).add(secure::UNIT_TABLE_BYTES);
-        let bytes = units * PAGE_SIZE - secure::UNIT_TABLE_BYTES - secure::guard_bytes();
+        #[cfg(not(feature = "secure"))]
+        let bytes = units * PAGE_SIZE;
+        #[cfg(feature = "secure")]
+        let bytes = PAGE_SIZE - secure::UNIT_TABLE_BYTES - secure::guard_bytes();
         let block_size = if class == LARGE_CLASS { bytes } else { block_size };
         (*page).init(class, block_size, start, units as u32, bytes, fresh);
-        // `secure`: the table's size slots read as `CANARY` until their
-        // blocks are handed out (0xDEDE: never handed out); its last byte,
-        // in front of the first block, zero (secure.rs). The unit holds no
-        // live block: the span was free until now.
+        // `secure`: the tables' size slots read as `CANARY` until their
+        // blocks are handed out (0xDEDE: never handed out); each table's
+        // last byte, in front of its unit's first block, zero (secure.rs).
+        // The units hold no live block: the span was free until now.
         #[cfg(feature = "secure")]
-        secure::fill_table((*seg).page_start(first), (*page).reserved as usize);
+        for unit in first..first + units {
+            secure::fill_table((*seg).page_start(unit), (*page).reserved as usize / units);
+        }
         for k in 1..units {
             (*seg).pages[first + k].head = page;
         }

@@ -230,16 +230,15 @@ unsafe fn blocks_destroyed(page: *mut Page) {
     // SAFETY: the caller's guarantee: the page is ours, its lists too.
     unsafe {
         (*page).collect_remote();
-        let (start, block_size) = ((*page).start(), (*page).block_size);
         let mut block = (*page).free;
         while !block.is_null() {
-            let i = (block as usize - start as usize) / block_size;
+            let i = (*page).block_index(block as *const u8) as usize;
             free[i / 64] |= 1 << (i % 64);
             block = (*page).next_of(block);
         }
         for i in 0..(*page).capacity as usize {
             if free[i / 64] & (1 << (i % 64)) == 0 {
-                crate::check::valgrind::on_destroy(start.add(i * block_size));
+                crate::check::valgrind::on_destroy((*page).block_addr(i));
             }
         }
     }

@@ -80,21 +80,31 @@ impl Page {
         secure::report(secure::Corruption::WriteAfterFree, p, size, offset as isize, found_by)
     }
 
-    /// `secure`: the slot of block `index` in the table of requested sizes
-    /// at the start of the page's unit.
+    /// `secure`: the slot of block `p` (a block of this span, whose
+    /// `block_index` is `index`) in the table of requested sizes at the
+    /// start of its unit.
     #[inline(always)]
-    pub(super) fn size_slot(&self, index: usize) -> &crate::sync::plain::AtomicU16 {
-        debug_assert!(index * 2 < secure::UNIT_TABLE_BYTES);
-        // SAFETY: the table lies in front of the blocks (secure.rs), mapped
-        // as long as the page is in use, and holds a slot per block.
-        unsafe { &*(self.start().sub(secure::UNIT_TABLE_BYTES) as *const crate::sync::plain::AtomicU16).add(index) }
+    pub(super) fn size_slot(&self, p: *const u8, index: u64) -> &crate::sync::plain::AtomicU16 {
+        debug_assert!(index < u64::from(self.reserved));
+        let mut table = self.start().wrapping_sub(secure::UNIT_TABLE_BYTES);
+        let mut slot = index as usize;
+        if self.units > 1 {
+            // The unit's own table, and the block's index in that unit.
+            let unit = (p as usize).wrapping_sub(self.start() as usize) >> crate::segment::PAGE_SHIFT;
+            table = table.wrapping_add(unit * crate::segment::PAGE_SIZE);
+            slot -= unit * self.unit_blocks as usize;
+        }
+        debug_assert!(slot * 2 < secure::UNIT_TABLE_BYTES);
+        // SAFETY: each unit's table lies in front of its blocks (secure.rs),
+        // mapped as long as the page is in use, and holds a slot per block.
+        unsafe { &*(table as *const crate::sync::plain::AtomicU16).add(slot) }
     }
 
     /// `secure`: the size live block `p` of this page was asked for (for a
     /// free block: when it was last handed out).
     pub(crate) fn requested_size(&self, p: *const u8) -> usize {
         // Relaxed: see `on_alloc`.
-        self.size_slot(self.block_index(p) as usize).load(Ordering::Relaxed) as usize
+        self.size_slot(p, self.block_index(p)).load(Ordering::Relaxed) as usize
     }
 
     /// `secure`: gives live block `p` of this page the requested size
@@ -118,7 +128,7 @@ impl Page {
             }
         }
         // Relaxed: see `on_alloc`.
-        self.size_slot(self.block_index(p) as usize)
+        self.size_slot(p, self.block_index(p))
             .store(size as u16, Ordering::Relaxed);
     }
 

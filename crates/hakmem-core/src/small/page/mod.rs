@@ -314,6 +314,12 @@ pub(crate) struct Page {
     /// `secure`: the page's random state (carving order, shuffles).
     #[cfg(feature = "secure")]
     rng: usize,
+    /// `secure`: blocks in each unit of a span of several units (each
+    /// unit has its own table in front of its blocks and its guard page
+    /// after them, so no block straddles two units: `block_index`,
+    /// `block_addr`).
+    #[cfg(feature = "secure")]
+    unit_blocks: u32,
 }
 
 impl Page {
@@ -360,11 +366,15 @@ impl Page {
             local_free: ptr::null_mut(),
             #[cfg(feature = "secure")]
             rng: 0,
+            #[cfg(feature = "secure")]
+            unit_blocks: 0,
         }
     }
 
-    /// Prepares an unused span head of `units` pages (`bytes` in all) for
-    /// blocks of `block_size`.
+    /// Prepares an unused span head of `units` pages for blocks of
+    /// `block_size`, the first at `start`: `bytes` of blocks in all, or
+    /// (`secure`) in each unit, whose blocks start `PAGE_SIZE` after the
+    /// previous unit's.
     pub(crate) fn init(&mut self, class: u8, block_size: usize, start: *mut u8, units: u32, bytes: usize, zero: bool) {
         self.free = ptr::null_mut();
         self.used = 0;
@@ -377,7 +387,15 @@ impl Page {
         self.sampled = false;
         self.capacity = 0;
         self.set_carved(0);
-        self.reserved = (bytes / block_size) as u32;
+        #[cfg(not(feature = "secure"))]
+        {
+            self.reserved = (bytes / block_size) as u32;
+        }
+        #[cfg(feature = "secure")]
+        {
+            self.unit_blocks = (bytes / block_size) as u32;
+            self.reserved = self.unit_blocks * units;
+        }
         debug_assert!((self.reserved as usize) < 1 << (usize::BITS - REMOTE_COUNT_SHIFT));
         self.block_size = block_size;
         self.block_shift = block_size.trailing_zeros() as u8;
@@ -471,7 +489,7 @@ impl Page {
                 // Relaxed: the block's holder alone writes its slot; a
                 // thread that frees it later got it through whatever
                 // synchronisation handed the block over.
-                self.size_slot(index).store(_size as u16, Ordering::Relaxed);
+                self.size_slot(p, index as u64).store(_size as u16, Ordering::Relaxed);
             }
             // Relaxed: a bit per block, each flipped by the one thread that
             // holds the block at that moment (its owner when handing it
@@ -610,18 +628,17 @@ impl Page {
         // SAFETY: blocks base..base+n lie inside the span (n <= remaining),
         // which is mapped read-write and owned by this page's owner.
         unsafe {
+            // Contiguous without `secure`, which excludes `valgrind`.
             crate::check::valgrind::undefined(self.start().add(base * bs), n * bs);
-            let block = |i: u16| self.start().add((base + i as usize) * bs) as *mut Block;
+            let block = |i: u16| self.block_addr(base + i as usize) as *mut Block;
             // `secure`: the new blocks hold zeroes where free blocks do
             // (all of fresh OS memory is zero) and carry the freed mark.
             #[cfg(feature = "secure")]
-            {
+            for i in 0..n {
                 if !self.zero_init {
-                    secure::zero_carved(block(0) as *mut u8, n, bs);
+                    secure::zero_carved(block(i as u16) as *mut u8, bs);
                 }
-                for i in 0..n {
-                    (*block(i as u16)).freed = freed_mark(self);
-                }
+                (*block(i as u16)).freed = freed_mark(self);
             }
             for w in order[..n].windows(2) {
                 (*block(w[0])).next = self.encode(block(w[1]));
@@ -695,11 +712,56 @@ impl Page {
     /// block_size` exactly when the block size divides `off` (the
     /// multiply-and-rotate divisibility test of Granlund and Montgomery).
     /// One multiply and one rotate, no division.
+    ///
+    /// `secure`, a span of several units: the offset is split into the
+    /// unit and the offset in it, whose index must be below `unit_blocks`;
+    /// the index is counted across units (`unit * unit_blocks + index in
+    /// the unit`), and any other pointer gets `u64::MAX`.
     #[inline(always)]
     pub(crate) fn block_index(&self, p: *const u8) -> u64 {
         let off = (p as usize).wrapping_sub(self.start() as usize) as u64;
+        #[cfg(feature = "secure")]
+        if self.units > 1 {
+            return self.unit_block_index(off);
+        }
         off.wrapping_mul(self.block_inverse)
             .rotate_right(u32::from(self.block_shift))
+    }
+
+    /// `block_index` of offset `off` in a span of several units
+    /// (`secure`; out of line: only the classes above 8 KiB have them):
+    /// the offset is split into the unit and the offset in it, whose
+    /// index must be below `unit_blocks`.
+    #[cfg(feature = "secure")]
+    #[cold]
+    #[inline(never)]
+    fn unit_block_index(&self, off: u64) -> u64 {
+        use crate::segment::{PAGE_SHIFT, PAGE_SIZE};
+        let unit = off >> PAGE_SHIFT;
+        let in_unit = (off & (PAGE_SIZE as u64 - 1))
+            .wrapping_mul(self.block_inverse)
+            .rotate_right(u32::from(self.block_shift));
+        if unit < u64::from(self.units) && in_unit < u64::from(self.unit_blocks) {
+            unit * u64::from(self.unit_blocks) + in_unit
+        } else {
+            u64::MAX
+        }
+    }
+
+    /// The address of block `index` of the span (`index < reserved`).
+    #[inline]
+    pub(crate) fn block_addr(&self, index: usize) -> *mut u8 {
+        debug_assert!(index < self.reserved as usize);
+        #[cfg(feature = "secure")]
+        if self.units > 1 {
+            let per_unit = self.unit_blocks as usize;
+            let unit = index / per_unit;
+            let in_unit = index - unit * per_unit;
+            return self
+                .start()
+                .wrapping_add(unit * crate::segment::PAGE_SIZE + in_unit * self.block_size);
+        }
+        self.start().wrapping_add(index * self.block_size)
     }
 
     /// Whether `p` is the start of a carved block of this page (false for
@@ -721,10 +783,8 @@ impl Page {
     #[cfg_attr(hakmem_loom, allow(dead_code))]
     fn list_len(&self, mut list: *mut Block) -> Option<u32> {
         let mut n = 0u32;
-        let end = self.start() as usize + self.capacity as usize * self.block_size;
         while !list.is_null() {
-            let a = list as usize;
-            if a < self.start() as usize || a >= end || !(a - self.start() as usize).is_multiple_of(self.block_size) {
+            if self.block_index(list as *const u8) >= u64::from(self.capacity) {
                 return None;
             }
             n += 1;

@@ -450,3 +450,107 @@ fn secure_large_blocks_keep_zeroes_and_canary_at_their_edges() {
     }
     page.check_free_blocks("test");
 }
+
+/// `secure`: a span of several units holds each unit's blocks between that
+/// unit's table and its guard page, never across the two: every block is
+/// carved once, `block_index` and `block_addr` agree, no pointer into a
+/// table, a guard page or the slack after a unit's last block starts a
+/// block, each block's size slot is in its own unit's table, and the
+/// byte in front of each unit's first block (its table's last) is zero.
+#[test]
+#[cfg(feature = "secure")]
+fn secure_spans_of_several_units_keep_blocks_between_each_tables_and_guard() {
+    use crate::check::secure::{fill_table, guard_bytes, UNIT_TABLE_BYTES};
+    use crate::segment::PAGE_SIZE;
+    crate::config::config();
+    const UNITS: usize = 4;
+    for bs in [9216usize, 16384, 20480, 40960] {
+        let mut mem = std::vec![0x77u128; UNITS * PAGE_SIZE / 16];
+        let base = mem.as_mut_ptr() as *mut u8;
+        let bytes = PAGE_SIZE - UNIT_TABLE_BYTES - guard_bytes();
+        let per_unit = bytes / bs;
+        let unit_base = |u: usize| base.wrapping_add(u * PAGE_SIZE);
+        let mut page = Page::empty();
+        page.init(
+            0,
+            bs,
+            unit_base(0).wrapping_add(UNIT_TABLE_BYTES),
+            UNITS as u32,
+            bytes,
+            false,
+        );
+        assert_eq!(page.reserved as usize, UNITS * per_unit, "bs {bs}");
+        for u in 0..UNITS {
+            // SAFETY: unit u's table lies inside mem.
+            unsafe { fill_table(unit_base(u), per_unit) };
+        }
+        let mut blocks = Vec::new();
+        loop {
+            if page.free.is_null() && !page.extend() {
+                break;
+            }
+            let size = 1000 + blocks.len();
+            blocks.push((page.pop(size), size));
+        }
+        assert_eq!(blocks.len(), UNITS * per_unit, "bs {bs}: every block carved");
+        let mut seen: Vec<usize> = blocks.iter().map(|&(p, _)| p as usize).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), blocks.len(), "bs {bs}: no block twice");
+        for &(p, size) in &blocks {
+            let off = p as usize - base as usize;
+            let (u, in_unit) = (off / PAGE_SIZE, off % PAGE_SIZE);
+            assert!(u < UNITS && in_unit >= UNIT_TABLE_BYTES, "bs {bs}: {off:#x}");
+            let j = (in_unit - UNIT_TABLE_BYTES) / bs;
+            assert_eq!((in_unit - UNIT_TABLE_BYTES) % bs, 0, "bs {bs}: {off:#x}");
+            assert!(
+                in_unit + bs <= PAGE_SIZE - guard_bytes(),
+                "bs {bs}: block {off:#x} reaches the guard"
+            );
+            let index = page.block_index(p);
+            assert_eq!(index as usize, u * per_unit + j, "bs {bs}: {off:#x}");
+            assert_eq!(page.block_addr(index as usize), p);
+            // SAFETY: the slot lies in unit u's table, inside mem.
+            let slot = unsafe { (unit_base(u).add(2 * j) as *const u16).read_unaligned() };
+            assert_eq!(usize::from(slot), size, "bs {bs}: the slot is in its unit's table");
+            assert_eq!(page.check_live(p, "test"), size);
+            if j == 0 {
+                // SAFETY: the byte in front of the block lies in mem.
+                assert_eq!(unsafe { *p.sub(1) }, 0, "bs {bs}: the table's last byte");
+            }
+        }
+        for u in 0..UNITS {
+            let unit = unit_base(u) as usize;
+            let after_last = unit + UNIT_TABLE_BYTES + per_unit * bs;
+            let probes = [
+                unit,
+                unit + 16,
+                unit + UNIT_TABLE_BYTES - 16,
+                after_last,
+                unit + PAGE_SIZE - guard_bytes(),
+            ];
+            for probe in probes {
+                assert!(
+                    !page.is_block_start(probe as *const u8),
+                    "bs {bs}: unit {u} +{:#x}",
+                    probe - unit
+                );
+            }
+            for delta in [16usize, bs / 2, bs - 16] {
+                let p = unit + UNIT_TABLE_BYTES + delta;
+                assert!(
+                    !page.is_block_start(p as *const u8),
+                    "bs {bs}: unit {u} block 0 +{delta}"
+                );
+            }
+        }
+        assert!(!page.is_block_start(unit_base(UNITS).wrapping_add(UNIT_TABLE_BYTES)));
+        assert!(!page.is_block_start(base.wrapping_sub(PAGE_SIZE).wrapping_add(UNIT_TABLE_BYTES)));
+        for &(p, _) in &blocks {
+            free_local(&mut page, p);
+        }
+        assert_eq!(page.used, 0);
+        assert!(page.is_valid());
+        page.check_free_blocks("test");
+    }
+}

@@ -164,9 +164,12 @@ mod hardening {
 
     /// Block sizes every scenario runs at: small (a 48-byte slot), medium
     /// (a 2.5 KiB slot, zero throughout while free; a 5 KiB slot, zero only
-    /// at its edges: `EDGES_ONLY`) and huge (a dedicated mapping between
-    /// guard pages).
-    pub const SIZES: [usize; 4] = [32, 2048, EDGES_ONLY, 1 << 20];
+    /// at its edges: `EDGES_ONLY`, as are the two after it), a 14 KiB slot
+    /// and a 32 KiB one (spans of several units, with 4 blocks in each
+    /// unit and with 1: each block is its unit's first, the byte in front
+    /// of it its table's last), and huge (a dedicated mapping between guard
+    /// pages).
+    pub const SIZES: [usize; 6] = [32, 2048, EDGES_ONLY, 14_000, 30_000, 1 << 20];
 
     /// The size whose free blocks hold zeroes only at their edges (a slot
     /// above `check/secure.rs`'s `WHOLE_ZERO_MAX`): its writes after free
@@ -508,9 +511,9 @@ fn secure_expectations() -> Vec<(String, Expect)> {
                 cases.push((format!("underflow-{how}-{reach}-{size}"), under));
             }
         }
-        // Writes after free into a block of EDGES_ONLY land in its first
-        // cache line: `-head`.
-        let edges = size == hardening::EDGES_ONLY;
+        // Writes after free into a block of EDGES_ONLY or more land in its
+        // first cache line: `-head`.
+        let edges = size >= hardening::EDGES_ONLY && !huge;
         let (write, write_exit) = if edges {
             ("write-after-free-head", "write-after-free-head-exit")
         } else {

@@ -99,6 +99,15 @@ pub(crate) fn guard_bytes() -> usize {
     0
 }
 
+/// Bytes of blocks a unit holds (`secure`): all but its table and its
+/// guard page (the whole unit otherwise). Every span of several units
+/// holds `unit_block_bytes() / block_size` blocks in each
+/// (`class::span_pages`, `refill::page_alloc`).
+#[inline]
+pub(crate) fn unit_block_bytes() -> usize {
+    crate::segment::PAGE_SIZE - UNIT_TABLE_BYTES - guard_bytes()
+}
+
 /// Refuses to run where the layout does not fit (`secure`, at start-up): a
 /// unit must hold its table, a guard page and a block of `CLASS_SIZE_MAX`.
 #[cfg(feature = "secure")]
@@ -429,17 +438,24 @@ pub(crate) unsafe fn first_nonzero_in_body(p: *const u8, bs: usize) -> Option<us
         .find_map(|&(start, end)| unsafe { first_nonzero(p.add(start), end - start) }.map(|i| start + i))
 }
 
-/// Zeroes what must read as zero in the slot of `bs` bytes at `p`, being
-/// carved from memory that held other data (`zero_ranges`, its last byte
-/// included: no block lives there yet).
+/// Zeroes what must read as zero in `n` contiguous slots of `bs` bytes
+/// at `p` being carved from memory that held other data (`zero_ranges`,
+/// their last bytes included: no block lives there yet).
 ///
 /// # Safety
-/// `[p, p + bs)` must be writable, the caller's, and hold no live block.
+/// `[p, p + n * bs)` must be writable, the caller's, and hold no live block.
 #[cfg(feature = "secure")]
-pub(crate) unsafe fn zero_carved(p: *mut u8, bs: usize) {
-    for (start, end) in zero_ranges(bs) {
-        // SAFETY: the caller's guarantee; the range lies inside the slot.
-        unsafe { zero(p.add(start), end - start) };
+pub(crate) unsafe fn zero_carved(p: *mut u8, n: usize, bs: usize) {
+    if bs <= WHOLE_ZERO_MAX {
+        // SAFETY: the caller's guarantee.
+        unsafe { zero(p, n * bs) };
+        return;
+    }
+    for i in 0..n {
+        for (start, end) in zero_ranges(bs) {
+            // SAFETY: the caller's guarantee; slot i's range lies inside.
+            unsafe { zero(p.add(i * bs + start), end - start) };
+        }
     }
 }
 

@@ -35,6 +35,11 @@ const SPAN_BLOCKS: usize = 16;
 /// faster still (78.4 M ops/s) but left more partly used memory per class,
 /// peak RSS 12.8 MiB against mimalloc's 12.0 on the same loop.
 const SPAN_PAGES_CAP: usize = 4;
+/// ... and (`secure`) in at most 512 KiB: a unit of the secure layout
+/// holds 1 to 5 blocks of the classes above 8 KiB (1 to 4 with 16 KiB OS
+/// pages: its table and guard page take 8 KiB and more), so the classes
+/// of 32 and 40 KiB (of 24 KiB and up with 16 KiB OS pages) get 8.
+const SECURE_SPAN_PAGES_CAP: usize = 8;
 
 const fn compute_block_size(class: usize) -> usize {
     if class < 8 {
@@ -131,11 +136,6 @@ pub fn aligned_class(size: usize, align: usize) -> Option<usize> {
     (p <= MEDIUM_SIZE_MAX).then(|| class_of(p))
 }
 
-/// ... and (`secure`) in at most 512 KiB: a unit of the secure layout
-/// holds 1 to 6 blocks above 8 KiB (its table and guard page take 8 KiB
-/// and more), so the classes of 32 and 40 KiB get 8 blocks.
-const SECURE_SPAN_PAGES_CAP: usize = 8;
-
 /// Number of 64 KiB pages a page of `class` spans. (`secure`: every unit
 /// of a span holds its own table, blocks and guard page, so no block
 /// straddles two units: a class above 8 KiB gets the units `SPAN_BLOCKS`
@@ -145,9 +145,7 @@ pub fn span_pages(class: usize) -> usize {
     if bs <= SINGLE_PAGE_BLOCK_MAX {
         1
     } else if cfg!(feature = "secure") {
-        let per_unit =
-            (crate::segment::PAGE_SIZE - crate::check::secure::UNIT_TABLE_BYTES - crate::check::secure::guard_bytes())
-                / bs;
+        let per_unit = crate::check::secure::unit_block_bytes() / bs;
         SPAN_BLOCKS.div_ceil(per_unit.max(1)).min(SECURE_SPAN_PAGES_CAP)
     } else {
         let pages = |blocks: usize| (bs * blocks).div_ceil(crate::segment::PAGE_SIZE);
@@ -252,10 +250,7 @@ mod tests {
     #[test]
     #[cfg(feature = "secure")]
     fn secure_spans_hold_enough_blocks_in_whole_units() {
-        let per_unit = |bs: usize| {
-            (crate::segment::PAGE_SIZE - crate::check::secure::UNIT_TABLE_BYTES - crate::check::secure::guard_bytes())
-                / bs
-        };
+        let per_unit = |bs: usize| crate::check::secure::unit_block_bytes() / bs;
         for (c, &bs) in BLOCK_SIZE.iter().enumerate() {
             if bs > crate::check::secure::CLASS_SIZE_MAX {
                 break;

@@ -12,7 +12,7 @@ use crate::check::secure;
 use crate::os;
 use crate::segment::arena;
 use crate::segment::purge::periodic;
-use crate::segment::{self, Segment, PAGE_SIZE};
+use crate::segment::{self, Segment};
 use crate::small::class::{self, LARGE_CLASS};
 use crate::small::page::Page;
 use crate::small::page_queue::{queue_move_to_front, queue_push_front, queue_remove, settle};
@@ -173,23 +173,17 @@ pub(crate) unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_
         };
         let fresh = (*seg).mark_dirty(first, units);
         let page = &mut (*seg).pages[first] as *mut Page;
-        // `secure`: each unit's table first, its guard page last, the
-        // blocks between (secure.rs); `bytes` is then per unit.
+        // `secure`: each unit's table first (filled as `extend` carves
+        // the unit), its guard page last, the blocks between (secure.rs);
+        // `bytes` is then per unit. Its large blocks are huge.
+        debug_assert!(!cfg!(feature = "secure") || class != LARGE_CLASS);
         let start = (*seg).page_start(first).add(secure::UNIT_TABLE_BYTES);
         #[cfg(not(feature = "secure"))]
-        let bytes = units * PAGE_SIZE;
+        let bytes = units * segment::PAGE_SIZE;
         #[cfg(feature = "secure")]
-        let bytes = PAGE_SIZE - secure::UNIT_TABLE_BYTES - secure::guard_bytes();
+        let bytes = secure::unit_block_bytes();
         let block_size = if class == LARGE_CLASS { bytes } else { block_size };
         (*page).init(class, block_size, start, units as u32, bytes, fresh);
-        // `secure`: the tables' size slots read as `CANARY` until their
-        // blocks are handed out (0xDEDE: never handed out); each table's
-        // last byte, in front of its unit's first block, zero (secure.rs).
-        // The units hold no live block: the span was free until now.
-        #[cfg(feature = "secure")]
-        for unit in first..first + units {
-            secure::fill_table((*seg).page_start(unit), (*page).reserved as usize / units);
-        }
         for k in 1..units {
             (*seg).pages[first + k].head = page;
         }

@@ -275,7 +275,16 @@ pub(crate) struct Page {
     pub(crate) zero_init: bool,
     /// `block_size.trailing_zeros()`.
     pub(crate) block_shift: u8,
-    /// Units in the span (head only).
+    /// `secure`: blocks in each unit of the span (each unit has its own
+    /// table in front of its blocks and its guard page after them, so no
+    /// block straddles two units: `block_index`, `block_addr`). On this
+    /// line (in what is padding otherwise) because any freeing thread's
+    /// block-start check reads it; written only by `init`, as the fields
+    /// above.
+    #[cfg(feature = "secure")]
+    unit_blocks: u16,
+    /// Units in the span (head only). Read by any thread (`block_index`,
+    /// `secure`), written only by `init`.
     pub(crate) units: u32,
     /// The page's block is a live sample of the heap profiler (profile/):
     /// set by the allocating thread before the block is handed out,
@@ -314,12 +323,6 @@ pub(crate) struct Page {
     /// `secure`: the page's random state (carving order, shuffles).
     #[cfg(feature = "secure")]
     rng: usize,
-    /// `secure`: blocks in each unit of a span of several units (each
-    /// unit has its own table in front of its blocks and its guard page
-    /// after them, so no block straddles two units: `block_index`,
-    /// `block_addr`).
-    #[cfg(feature = "secure")]
-    unit_blocks: u32,
 }
 
 impl Page {
@@ -349,6 +352,8 @@ impl Page {
             block_size: 0,
             block_inverse: 0,
             block_shift: 0,
+            #[cfg(feature = "secure")]
+            unit_blocks: 0,
             remote_free,
             local_owner,
             start_word: 0,
@@ -366,8 +371,6 @@ impl Page {
             local_free: ptr::null_mut(),
             #[cfg(feature = "secure")]
             rng: 0,
-            #[cfg(feature = "secure")]
-            unit_blocks: 0,
         }
     }
 
@@ -393,8 +396,12 @@ impl Page {
         }
         #[cfg(feature = "secure")]
         {
-            self.unit_blocks = (bytes / block_size) as u32;
-            self.reserved = self.unit_blocks * units;
+            // A span of one unit may be any length (the tests' spans): its
+            // `unit_blocks` is never read.
+            let per_unit = bytes / block_size;
+            debug_assert!(units == 1 || per_unit <= usize::from(u16::MAX));
+            self.unit_blocks = per_unit as u16;
+            self.reserved = (per_unit * units as usize) as u32;
         }
         debug_assert!((self.reserved as usize) < 1 << (usize::BITS - REMOTE_COUNT_SHIFT));
         self.block_size = block_size;
@@ -631,14 +638,36 @@ impl Page {
             // Contiguous without `secure`, which excludes `valgrind`.
             crate::check::valgrind::undefined(self.start().add(base * bs), n * bs);
             let block = |i: u16| self.block_addr(base + i as usize) as *mut Block;
-            // `secure`: the new blocks hold zeroes where free blocks do
+            // `secure`: a unit's table is filled as its first block is
+            // carved (its slots read `CANARY` until their blocks are handed
+            // out, 0xDEDE: never; its last byte, in front of that block,
+            // zero: secure.rs), so a span's units are touched only as they
+            // are carved. The new blocks hold zeroes where free blocks do
             // (all of fresh OS memory is zero) and carry the freed mark.
             #[cfg(feature = "secure")]
-            for i in 0..n {
-                if !self.zero_init {
-                    secure::zero_carved(block(i as u16) as *mut u8, bs);
+            {
+                let per_unit = if self.units > 1 {
+                    usize::from(self.unit_blocks)
+                } else {
+                    self.reserved as usize
+                };
+                let mut first = base.div_ceil(per_unit) * per_unit;
+                while first < base + n {
+                    secure::fill_table(self.block_addr(first).sub(secure::UNIT_TABLE_BYTES), per_unit);
+                    first += per_unit;
                 }
-                (*block(i as u16)).freed = freed_mark(self);
+                if !self.zero_init {
+                    if self.units == 1 {
+                        secure::zero_carved(block(0) as *mut u8, n, bs);
+                    } else {
+                        for i in 0..n {
+                            secure::zero_carved(block(i as u16) as *mut u8, 1, bs);
+                        }
+                    }
+                }
+                for i in 0..n {
+                    (*block(i as u16)).freed = freed_mark(self);
+                }
             }
             for w in order[..n].windows(2) {
                 (*block(w[0])).next = self.encode(block(w[1]));

@@ -451,39 +451,44 @@ fn secure_large_blocks_keep_zeroes_and_canary_at_their_edges() {
     page.check_free_blocks("test");
 }
 
-/// `secure`: a span of several units holds each unit's blocks between that
+/// `secure`: a span of several units (every class above 8 KiB, with the
+/// units `span_pages` gives it) holds each unit's blocks between that
 /// unit's table and its guard page, never across the two: every block is
 /// carved once, `block_index` and `block_addr` agree, no pointer into a
 /// table, a guard page or the slack after a unit's last block starts a
-/// block, each block's size slot is in its own unit's table, and the
-/// byte in front of each unit's first block (its table's last) is zero.
+/// block, `extend` fills each unit's table as it carves the unit (the
+/// memory holds other bytes before), each block's size slot is in its own
+/// unit's table, and the byte in front of each unit's first block (its
+/// table's last) is zero.
 #[test]
 #[cfg(feature = "secure")]
 fn secure_spans_of_several_units_keep_blocks_between_each_tables_and_guard() {
-    use crate::check::secure::{fill_table, guard_bytes, UNIT_TABLE_BYTES};
+    use crate::check::secure::{guard_bytes, unit_block_bytes, CLASS_SIZE_MAX, UNIT_TABLE_BYTES};
     use crate::segment::PAGE_SIZE;
+    use crate::small::class::{span_pages, BLOCK_SIZE};
     crate::config::config();
-    const UNITS: usize = 4;
-    for bs in [9216usize, 16384, 20480, 40960] {
-        let mut mem = std::vec![0x77u128; UNITS * PAGE_SIZE / 16];
+    let mut tested = 0;
+    for (class, &bs) in BLOCK_SIZE.iter().enumerate() {
+        let units = span_pages(class);
+        if bs > CLASS_SIZE_MAX || units == 1 {
+            continue;
+        }
+        tested += 1;
+        // Old data everywhere, tables included.
+        let mut mem = std::vec![0x7777_7777_7777_7777_7777_7777_7777_7777u128; units * PAGE_SIZE / 16];
         let base = mem.as_mut_ptr() as *mut u8;
-        let bytes = PAGE_SIZE - UNIT_TABLE_BYTES - guard_bytes();
-        let per_unit = bytes / bs;
+        let per_unit = unit_block_bytes() / bs;
         let unit_base = |u: usize| base.wrapping_add(u * PAGE_SIZE);
         let mut page = Page::empty();
         page.init(
-            0,
+            class as u8,
             bs,
             unit_base(0).wrapping_add(UNIT_TABLE_BYTES),
-            UNITS as u32,
-            bytes,
+            units as u32,
+            unit_block_bytes(),
             false,
         );
-        assert_eq!(page.reserved as usize, UNITS * per_unit, "bs {bs}");
-        for u in 0..UNITS {
-            // SAFETY: unit u's table lies inside mem.
-            unsafe { fill_table(unit_base(u), per_unit) };
-        }
+        assert_eq!(page.reserved as usize, units * per_unit, "bs {bs}");
         let mut blocks = Vec::new();
         loop {
             if page.free.is_null() && !page.extend() {
@@ -492,7 +497,7 @@ fn secure_spans_of_several_units_keep_blocks_between_each_tables_and_guard() {
             let size = 1000 + blocks.len();
             blocks.push((page.pop(size), size));
         }
-        assert_eq!(blocks.len(), UNITS * per_unit, "bs {bs}: every block carved");
+        assert_eq!(blocks.len(), units * per_unit, "bs {bs}: every block carved");
         let mut seen: Vec<usize> = blocks.iter().map(|&(p, _)| p as usize).collect();
         seen.sort_unstable();
         seen.dedup();
@@ -500,7 +505,7 @@ fn secure_spans_of_several_units_keep_blocks_between_each_tables_and_guard() {
         for &(p, size) in &blocks {
             let off = p as usize - base as usize;
             let (u, in_unit) = (off / PAGE_SIZE, off % PAGE_SIZE);
-            assert!(u < UNITS && in_unit >= UNIT_TABLE_BYTES, "bs {bs}: {off:#x}");
+            assert!(u < units && in_unit >= UNIT_TABLE_BYTES, "bs {bs}: {off:#x}");
             let j = (in_unit - UNIT_TABLE_BYTES) / bs;
             assert_eq!((in_unit - UNIT_TABLE_BYTES) % bs, 0, "bs {bs}: {off:#x}");
             assert!(
@@ -513,19 +518,20 @@ fn secure_spans_of_several_units_keep_blocks_between_each_tables_and_guard() {
             // SAFETY: the slot lies in unit u's table, inside mem.
             let slot = unsafe { (unit_base(u).add(2 * j) as *const u16).read_unaligned() };
             assert_eq!(usize::from(slot), size, "bs {bs}: the slot is in its unit's table");
-            assert_eq!(page.check_live(p, "test"), size);
             if j == 0 {
                 // SAFETY: the byte in front of the block lies in mem.
                 assert_eq!(unsafe { *p.sub(1) }, 0, "bs {bs}: the table's last byte");
             }
+            assert_eq!(page.check_live(p, "test"), size);
         }
-        for u in 0..UNITS {
+        for u in 0..units {
             let unit = unit_base(u) as usize;
             let after_last = unit + UNIT_TABLE_BYTES + per_unit * bs;
             let probes = [
                 unit,
                 unit + 16,
                 unit + UNIT_TABLE_BYTES - 16,
+                unit + UNIT_TABLE_BYTES - 1,
                 after_last,
                 unit + PAGE_SIZE - guard_bytes(),
             ];
@@ -536,7 +542,7 @@ fn secure_spans_of_several_units_keep_blocks_between_each_tables_and_guard() {
                     probe - unit
                 );
             }
-            for delta in [16usize, bs / 2, bs - 16] {
+            for delta in [1usize, 16, bs / 2, bs - 16] {
                 let p = unit + UNIT_TABLE_BYTES + delta;
                 assert!(
                     !page.is_block_start(p as *const u8),
@@ -544,8 +550,15 @@ fn secure_spans_of_several_units_keep_blocks_between_each_tables_and_guard() {
                 );
             }
         }
-        assert!(!page.is_block_start(unit_base(UNITS).wrapping_add(UNIT_TABLE_BYTES)));
-        assert!(!page.is_block_start(base.wrapping_sub(PAGE_SIZE).wrapping_add(UNIT_TABLE_BYTES)));
+        for p in [
+            unit_base(units).wrapping_add(UNIT_TABLE_BYTES),
+            base.wrapping_sub(PAGE_SIZE).wrapping_add(UNIT_TABLE_BYTES),
+            base.wrapping_add(UNIT_TABLE_BYTES - 1),
+            core::ptr::null_mut(),
+            usize::MAX as *mut u8,
+        ] {
+            assert!(!page.is_block_start(p), "bs {bs}: {p:?}");
+        }
         for &(p, _) in &blocks {
             free_local(&mut page, p);
         }
@@ -553,4 +566,5 @@ fn secure_spans_of_several_units_keep_blocks_between_each_tables_and_guard() {
         assert!(page.is_valid());
         page.check_free_blocks("test");
     }
+    assert!(tested >= 8, "{tested} classes with spans of several units");
 }

@@ -5,8 +5,8 @@
 //!
 //! The `secure` build's hardening (heap overflows and underflows, writes
 //! after free, delayed reuse, no old data) has its scenarios below
-//! (`hardening`), each at three block sizes: a small block, a medium one and
-//! a huge one. A child either dies with SIGABRT after the `hakmem:` report,
+//! (`hardening`), each at six block sizes (`hardening::SIZES`): small,
+//! medium (in spans of one unit and of several) and huge. A child either dies with SIGABRT after the `hakmem:` report,
 //! or — where the misuse runs into a guard page — with SIGSEGV inside the
 //! misusing write itself ("fails at once").
 
@@ -166,7 +166,7 @@ mod hardening {
     /// (a 2.5 KiB slot, zero throughout while free; a 5 KiB slot, zero only
     /// at its edges: `EDGES_ONLY`, as are the two after it), a 14 KiB slot
     /// and a 32 KiB one (spans of several units, with 4 blocks in each
-    /// unit and with 1: each block is its unit's first, the byte in front
+    /// unit with 4 KiB OS pages, 3 with 16 KiB, and with 1: each block is its unit's first, the byte in front
     /// of it its table's last), and huge (a dedicated mapping between guard
     /// pages).
     pub const SIZES: [usize; 6] = [32, 2048, EDGES_ONLY, 14_000, 30_000, 1 << 20];
@@ -564,7 +564,7 @@ fn has_report(stderr: &str, pattern: &str) -> bool {
 
 /// Every overflow and underflow (1 B, 32 B, 1 MiB; by a write loop and by
 /// `memcpy`), write after free (found at reuse, at exit), the freed block
-/// not handed out at once, and no old data, at three block sizes: the
+/// not handed out at once, and no old data, at six block sizes: the
 /// `secure` build reports and stops on each (or faults on a guard page).
 #[test]
 #[cfg_attr(not(feature = "secure"), ignore = "needs the secure feature")]

@@ -22,8 +22,10 @@ const VERSION_DEFINE: &str = concat!("HAKMEM_EXPECTED_VERSION=\"", env!("CARGO_P
 
 /// Block sizes: a small class, a medium class whose blocks hold zeroes
 /// throughout while free, one whose blocks (5 KiB) hold them only at their
-/// edges (`check/secure.rs`, `WHOLE_ZERO_MAX`), a huge block.
-const SIZES: [usize; 4] = [32, 2048, EDGES_ONLY, 1 << 20];
+/// edges (`check/secure.rs`, `WHOLE_ZERO_MAX`), as do the next two (14 and
+/// 32 KiB slots, in spans of several units: several blocks a unit, and
+/// one), a huge block.
+const SIZES: [usize; 6] = [32, 2048, EDGES_ONLY, 14_000, 30_000, 1 << 20];
 /// The size whose blocks hold zeroes only at their edges: writes after
 /// free are made in the first cache line (the middle is not checked), and
 /// new blocks are asked of `calloc` (`malloc` may show old data there).
@@ -95,9 +97,9 @@ fn secure_cases() -> Vec<(&'static str, usize, usize, Expect)> {
                 cases.push((under, reach, size, expect));
             }
         }
-        // Writes after free into a block of EDGES_ONLY land in its first
+        // Writes after free into a block of EDGES_ONLY or more land in its first
         // cache line: `-head`.
-        let edges = size == EDGES_ONLY;
+        let edges = (EDGES_ONLY..1 << 20).contains(&size);
         let (write, write_exit) = if edges {
             ("write-after-free-head", "write-after-free-head-exit")
         } else {

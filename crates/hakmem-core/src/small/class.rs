@@ -38,7 +38,8 @@ const SPAN_PAGES_CAP: usize = 4;
 /// ... and (`secure`) in at most 512 KiB: a unit of the secure layout
 /// holds 1 to 5 blocks of the classes above 8 KiB (1 to 4 with 16 KiB OS
 /// pages: its table and guard page take 8 KiB and more), so the classes
-/// of 32 and 40 KiB (of 24 KiB and up with 16 KiB OS pages) get 8.
+/// of 32 and 40 KiB (of 24 KiB and up with 16 KiB OS pages) get 8 blocks,
+/// in spans of 8 units.
 const SECURE_SPAN_PAGES_CAP: usize = 8;
 
 const fn compute_block_size(class: usize) -> usize {
@@ -122,7 +123,9 @@ fn medium_class_of(size: usize) -> usize {
 /// (`16 < align <= 64 KiB`), or `None` when that needs more than
 /// `MEDIUM_SIZE_MAX` bytes. Blocks sit at `page_start + k * block_size` with
 /// 64 KiB-aligned page starts, so a block size that is a multiple of `align`
-/// aligns every block.
+/// aligns every block. (`secure`: at `unit_start + 4 KiB + k * block_size`
+/// in each unit of a span, so this holds up to `CLASS_ALIGN_MAX`, 4 KiB;
+/// larger alignments are huge.)
 pub fn aligned_class(size: usize, align: usize) -> Option<usize> {
     let s = size.max(align).checked_add(align - 1)? & !(align - 1);
     if s > MEDIUM_SIZE_MAX {

@@ -209,6 +209,9 @@ const MAP_WORDS: usize = 64;
 // The layout the comments above rely on (without the secure extras).
 #[cfg(not(any(feature = "secure", hakmem_loom)))]
 const _: () = assert!(core::mem::size_of::<Page>() == 128 && core::mem::offset_of!(Page, free) == 64);
+// `secure`: the block-start check's fields share the first line too.
+#[cfg(all(feature = "secure", not(hakmem_loom)))]
+const _: () = assert!(core::mem::offset_of!(Page, unit_blocks) < 64 && core::mem::offset_of!(Page, free) == 64);
 
 /// The inverse of odd `x` modulo 2^64 (Newton's iteration: each step
 /// doubles the correct low bits, from 3 for `x` itself).
@@ -284,7 +287,8 @@ pub(crate) struct Page {
     #[cfg(feature = "secure")]
     unit_blocks: u16,
     /// Units in the span (head only). Read by any thread (`block_index`,
-    /// `secure`), written only by `init`.
+    /// `secure`), written only by `init` and, for a segment not yet or no
+    /// longer holding blocks, `Segment::reset_page_heads`.
     pub(crate) units: u32,
     /// The page's block is a live sample of the heap profiler (profile/):
     /// set by the allocating thread before the block is handed out,

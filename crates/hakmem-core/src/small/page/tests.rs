@@ -10,19 +10,15 @@ struct Span(Vec<u128>);
 
 impl Span {
     fn new(len: usize) -> Self {
-        // Written only to fill the `secure` build's table.
-        #[cfg_attr(not(feature = "secure"), allow(unused_mut))]
-        let mut span = Span(std::vec![0u128; (len + crate::check::secure::UNIT_TABLE_BYTES).div_ceil(16)]);
-        #[cfg(feature = "secure")]
-        // SAFETY: the table lies inside the span's memory.
-        unsafe {
-            // Every size slot the table has room for.
-            crate::check::secure::fill_table(
-                span.0.as_mut_ptr() as *mut u8,
-                (crate::check::secure::UNIT_TABLE_BYTES - 1) / 2,
-            )
+        // `secure`: old bytes everywhere, the table included, which
+        // `extend` fills as it carves the first block (the pages built
+        // here are not fresh).
+        let old = if cfg!(feature = "secure") {
+            u128::from_ne_bytes([0x77; 16])
+        } else {
+            0
         };
-        span
+        Span(std::vec![old; (len + crate::check::secure::UNIT_TABLE_BYTES).div_ceil(16)])
     }
 
     fn start(&mut self) -> *mut u8 {
@@ -567,4 +563,31 @@ fn secure_spans_of_several_units_keep_blocks_between_each_tables_and_guard() {
         page.check_free_blocks("test");
     }
     assert!(tested >= 8, "{tested} classes with spans of several units");
+}
+
+/// `secure`: a span of one unit gets its table filled by its first
+/// `extend` (old bytes there before): the slots of blocks not handed out
+/// read 0xDEDE, a handed-out block's its size, and the table's last byte,
+/// in front of the first block, is zero.
+#[test]
+#[cfg(feature = "secure")]
+fn secure_first_extend_fills_the_table_of_a_one_unit_span() {
+    use crate::check::secure::{CANARY, UNIT_TABLE_BYTES};
+    let mut span = Span::new(4096);
+    let table = span.start().wrapping_sub(UNIT_TABLE_BYTES);
+    // SAFETY: the table lies inside the span's memory.
+    assert_eq!(unsafe { *table.add(UNIT_TABLE_BYTES - 1) }, 0x77, "old bytes before");
+    let mut page = page_over(&mut span, 256);
+    assert!(page.extend());
+    // SAFETY: the table and the first block lie inside the span.
+    unsafe {
+        assert_eq!(*page.start().sub(1), 0, "the table's last byte");
+        for i in 0..page.capacity as usize {
+            let slot = (table.add(2 * i) as *const u16).read_unaligned();
+            assert_eq!(slot, u16::from_ne_bytes([CANARY; 2]), "slot {i}");
+        }
+    }
+    let p = page.pop(100);
+    assert_eq!(page.requested_size(p), 100);
+    assert_eq!(page.check_live(p, "test"), 100);
 }

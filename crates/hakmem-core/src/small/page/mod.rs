@@ -637,7 +637,9 @@ impl Page {
             }
         }
         // SAFETY: blocks base..base+n lie inside the span (n <= remaining),
-        // which is mapped read-write and owned by this page's owner.
+        // which is mapped read-write and owned by this page's owner, and so
+        // do the tables in front of its units (`secure`), whose units hold
+        // no carved block before their first is carved here.
         unsafe {
             // Contiguous without `secure`, which excludes `valgrind`.
             crate::check::valgrind::undefined(self.start().add(base * bs), n * bs);

@@ -587,6 +587,14 @@ fn remote_frees_racing_local_heap_deletes() {
                             }
                             done_rx.recv().unwrap();
                         }
+                        // These owners allocate only through local heaps, so
+                        // their thread heap, which takes in each deleted
+                        // heap's pages, runs no slow path of its own: what
+                        // the freer freed into those pages stays in use
+                        // until it collects (or the thread exits), and
+                        // unbounded rounds would run the secure build out of
+                        // mappings. A program of this shape calls `collect`.
+                        hakmem_core::collect(false);
                     }
                     rounds
                 })

@@ -515,6 +515,70 @@ fn local_heaps_of_a_thread_delete_and_destroy_in_any_order() {
     });
 }
 
+/// A thread that allocates only through local heaps, deleting each while
+/// another thread frees its blocks, gets those pages back without calling
+/// `collect`. A delete hands the heap's pages to the thread heap, which
+/// this thread never allocates from: its local heaps' slow paths do the
+/// thread heap's duties (taking in the frees that reach its parked pages,
+/// and the time-driven sweep), or every round's pages would stay in use
+/// until the thread exits (and run a secure build out of mappings).
+#[test]
+fn pages_freed_after_their_local_heap_was_deleted_come_back_without_collect() {
+    serial(|| {
+        let (to_freer, freer_rx) = mpsc::channel::<(Vec<usize>, mpsc::Sender<()>)>();
+        let freer = std::thread::spawn(move || {
+            for (blocks, done) in freer_rx {
+                for p in blocks {
+                    // SAFETY: p is a live block handed to this thread, freed once.
+                    unsafe { hakmem_core::free(p as *mut u8) };
+                }
+                let _ = done.send(());
+            }
+        });
+        let pages = || hakmem_core::stats().pages_in_use;
+        let before = pages();
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        // One round: a local heap's blocks, the heap deleted, then every
+        // block freed by the other thread. Returns the pages the round
+        // added while the heap was full.
+        let mut round = || {
+            let start = pages();
+            let heap = LocalHeap::new();
+            let blocks: Vec<usize> = (0..1000)
+                .map(|_| {
+                    let size = 16 + common::xorshift(&mut rng) as usize % 2000;
+                    let p = heap.alloc(size, 16);
+                    assert!(!p.is_null());
+                    p as usize
+                })
+                .collect();
+            let held = pages().saturating_sub(start);
+            drop(heap);
+            let (done_tx, done_rx) = mpsc::channel();
+            to_freer.send((blocks, done_tx)).unwrap();
+            done_rx.recv().unwrap();
+            held
+        };
+        let rounds = 60;
+        let mut most = 0;
+        for _ in 0..rounds {
+            most = most.max(round());
+        }
+        // Past the longest purge delay, so the next round's slow paths
+        // sweep the thread heap: only the pages of that round stay.
+        std::thread::sleep(Duration::from_millis(1300));
+        most = most.max(round());
+        let kept = pages().saturating_sub(before);
+        drop(to_freer);
+        freer.join().unwrap();
+        assert!(
+            kept <= 2 * most + 8,
+            "{kept} pages still in use after {} rounds of at most {most} pages each",
+            rounds + 1
+        );
+    });
+}
+
 /// The stress: owners make local heaps, allocate blocks of every size
 /// (huge ones too), hand half to a freeing thread, and delete the heap
 /// while that thread frees them (some heaps are destroyed instead, once
@@ -587,14 +651,6 @@ fn remote_frees_racing_local_heap_deletes() {
                             }
                             done_rx.recv().unwrap();
                         }
-                        // These owners allocate only through local heaps, so
-                        // their thread heap, which takes in each deleted
-                        // heap's pages, runs no slow path of its own: what
-                        // the freer freed into those pages stays in use
-                        // until it collects (or the thread exits), and
-                        // unbounded rounds would run the secure build out of
-                        // mappings. A program of this shape calls `collect`.
-                        hakmem_core::collect(false);
                     }
                     rounds
                 })

@@ -34,7 +34,31 @@ const SWEEP_INTERVAL_MS: u64 = 250;
 #[inline(never)]
 pub(crate) unsafe fn periodic(heap: *mut Heap) {
     let now = os::now_ms();
-    // SAFETY: heap is the caller's own heap.
+    // SAFETY: heap is the caller's own heap, and a live local heap's
+    // parent is the calling thread's heap (local.rs).
+    unsafe {
+        heap_periodic(heap, now);
+        // A live local heap's slow paths may be the only ones its thread
+        // runs (a thread that allocates only through local heaps), and its
+        // thread heap holds the pages of the local heaps it deleted: their
+        // remote frees are taken in by the thread heap's sweep.
+        if let Some(parent) = (*heap).live_parent() {
+            heap_periodic(parent, now);
+        }
+    }
+    if global_purge_due(now) {
+        purge_global(now, false);
+    }
+    crate::policy::tick(now);
+}
+
+/// `periodic`'s work on one heap: its remote batches flushed, its sweep
+/// and its purges when due.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap or one of its local heaps.
+unsafe fn heap_periodic(heap: *mut Heap, now: u64) {
+    // SAFETY: the caller's guarantee.
     unsafe {
         flush_remote(heap);
         if now >= (*heap).sweep_at_ms {
@@ -49,10 +73,6 @@ pub(crate) unsafe fn periodic(heap: *mut Heap) {
             heap_purge(heap, now, false);
         }
     }
-    if global_purge_due(now) {
-        purge_global(now, false);
-    }
-    crate::policy::tick(now);
 }
 
 /// Takes in remote frees of every queued page and gives back the empty

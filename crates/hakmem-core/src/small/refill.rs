@@ -84,6 +84,14 @@ pub(crate) unsafe fn duties(heap: *mut Heap) {
         let beat = ((*heap).heartbeat as i32) < 0;
         crate::profile::rearm_own(heap);
         take_notifications(heap);
+        // A live local heap also looks at its thread heap's notifications
+        // (periodic does its sweep): a thread that allocates only through
+        // local heaps runs no slow path of its thread heap, which holds
+        // the pages of the local heaps it deleted, parked full until the
+        // frees other threads make into them are taken in.
+        if let Some(parent) = (*heap).live_parent() {
+            take_notifications(parent);
+        }
         (*heap).slow_ticks = (*heap).slow_ticks.wrapping_add(1);
         if beat || (*heap).slow_ticks.is_multiple_of(CLOCK_CHECK_INTERVAL) {
             periodic(heap);

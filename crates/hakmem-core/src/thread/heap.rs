@@ -210,6 +210,14 @@ impl Heap {
         self.parent == EXITED_HEAP.get()
     }
 
+    /// The thread heap of a live local heap (the calling thread's, since
+    /// only that thread uses the local heap); `None` for a thread heap or
+    /// an orphaned local heap.
+    #[inline]
+    pub(crate) fn live_parent(&self) -> Option<*mut Heap> {
+        (!self.parent.is_null() && !self.is_orphaned()).then_some(self.parent)
+    }
+
     /// Whether nothing is attached to the heap: no segment, no huge block,
     /// no local heap. Only such a heap may go back to the pool.
     fn owns_nothing(&self) -> bool {

@@ -38,7 +38,10 @@
 //! segments for any thread to reclaim (what a thread's exit does) because
 //! the thread that deleted the heap is the one most likely to allocate
 //! next: its free pages serve it at once, with no trip through the
-//! abandoned list.
+//! abandoned list. A thread that allocates only through local heaps never
+//! runs its thread heap's slow path, so a live local heap's slow path does
+//! the thread heap's duties as well (`refill::duties`, `purge::periodic`):
+//! the pages of deleted heaps that other threads free into come back.
 //!
 //! **Destroy** (`local_destroy`, unsafe): every page of every segment is
 //! released and the segments go to the cache (or the OS); huge blocks are

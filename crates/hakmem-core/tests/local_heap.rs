@@ -520,11 +520,16 @@ fn local_heaps_of_a_thread_delete_and_destroy_in_any_order() {
 /// `collect`. A delete hands the heap's pages to the thread heap, which
 /// this thread never allocates from: its local heaps' slow paths do the
 /// thread heap's duties (taking in the frees that reach its parked pages,
-/// and the time-driven sweep), or every round's pages would stay in use
-/// until the thread exits (and run a secure build out of mappings).
-#[test]
-fn pages_freed_after_their_local_heap_was_deleted_come_back_without_collect() {
-    serial(|| {
+/// and the time-driven sweep, which alone takes in the frees into its
+/// queued pages), or every round's pages would stay in use until the
+/// thread exits (and run a secure build out of mappings).
+///
+/// Each round makes a local heap, allocates `blocks` blocks of sizes from
+/// `size`, deletes the heap and has the other thread free every block;
+/// after `rounds` rounds and a pause past the longest purge delay, one
+/// more round, and then no more pages than two rounds' may be in use.
+fn deleted_local_heaps_give_their_pages_back(rounds: usize, blocks: usize, size: fn(u64) -> usize) {
+    serial(move || {
         let (to_freer, freer_rx) = mpsc::channel::<(Vec<usize>, mpsc::Sender<()>)>();
         let freer = std::thread::spawn(move || {
             for (blocks, done) in freer_rx {
@@ -538,16 +543,13 @@ fn pages_freed_after_their_local_heap_was_deleted_come_back_without_collect() {
         let pages = || hakmem_core::stats().pages_in_use;
         let before = pages();
         let mut rng = 0x2545_f491_4f6c_dd1du64;
-        // One round: a local heap's blocks, the heap deleted, then every
-        // block freed by the other thread. Returns the pages the round
-        // added while the heap was full.
+        // Returns the pages the round added while its heap was full.
         let mut round = || {
             let start = pages();
             let heap = LocalHeap::new();
-            let blocks: Vec<usize> = (0..1000)
+            let blocks: Vec<usize> = (0..blocks)
                 .map(|_| {
-                    let size = 16 + common::xorshift(&mut rng) as usize % 2000;
-                    let p = heap.alloc(size, 16);
+                    let p = heap.alloc(size(common::xorshift(&mut rng)), 16);
                     assert!(!p.is_null());
                     p as usize
                 })
@@ -559,14 +561,16 @@ fn pages_freed_after_their_local_heap_was_deleted_come_back_without_collect() {
             done_rx.recv().unwrap();
             held
         };
-        let rounds = 60;
         let mut most = 0;
         for _ in 0..rounds {
             most = most.max(round());
         }
-        // Past the longest purge delay, so the next round's slow paths
+        // Past the purge delay (the sweep's interval: at most
+        // `DELAY_MAX_MS` under the adaptive policy, or what
+        // `HAKMEM_PURGE_DELAY` sets), so that the next round's slow paths
         // sweep the thread heap: only the pages of that round stay.
-        std::thread::sleep(Duration::from_millis(1300));
+        let delay = hakmem_core::config().purge_delay_ms.max(1000) as u64;
+        std::thread::sleep(Duration::from_millis(delay + 300));
         most = most.max(round());
         let kept = pages().saturating_sub(before);
         drop(to_freer);
@@ -576,6 +580,34 @@ fn pages_freed_after_their_local_heap_was_deleted_come_back_without_collect() {
             "{kept} pages still in use after {} rounds of at most {most} pages each",
             rounds + 1
         );
+    });
+}
+
+/// Local heaps of 1 000 small and medium blocks.
+#[test]
+fn pages_freed_after_their_local_heap_was_deleted_come_back_without_collect() {
+    deleted_local_heaps_give_their_pages_back(60, 1000, |r| 16 + r as usize % 2000);
+}
+
+/// A local heap per request, of a few blocks: fewer slow paths in each
+/// heap than the thread's clock check waits for (they count on the
+/// thread heap's counter).
+#[test]
+fn pages_of_short_lived_local_heaps_come_back_without_collect() {
+    deleted_local_heaps_give_their_pages_back(400, 12, |r| 16 + r as usize % 3000);
+}
+
+/// Local heaps of large blocks only (`MEDIUM_SIZE_MAX` to `LARGE_SIZE_MAX`:
+/// no slow path of the small classes). A `secure` build has no large
+/// blocks: there they are huge (up to 1 MiB above `MEDIUM_SIZE_MAX`),
+/// which a delete lets go and a free returns at once.
+#[test]
+fn pages_of_deleted_local_heaps_of_large_blocks_come_back_without_collect() {
+    deleted_local_heaps_give_their_pages_back(100, 8, |r| {
+        let span = hakmem_core::LARGE_SIZE_MAX
+            .saturating_sub(hakmem_core::MEDIUM_SIZE_MAX)
+            .max(1 << 20);
+        hakmem_core::MEDIUM_SIZE_MAX + 1 + r as usize % span
     });
 }
 

@@ -338,10 +338,10 @@ pub(crate) unsafe fn alloc_large_block(heap: *mut Heap, size: usize) -> (*mut u8
     unsafe {
         // The large blocks other threads freed come back first: their spans
         // are the room `page_alloc` looks for (a thread that allocates only
-        // large blocks reaches no other slow path that takes them in).
-        if !(*heap).is_local() {
-            crate::thread::remote::take_notifications(heap);
-        }
+        // large blocks reaches no other slow path that takes them in). A
+        // local heap's, and its thread heap's: there lie the pages of the
+        // local heaps the thread deleted.
+        crate::thread::remote::take_notifications_with_parent(heap);
         let page = page_alloc(heap, LARGE_CLASS, units, units * PAGE_SIZE);
         if page.is_null() {
             return (ptr::null_mut(), false);

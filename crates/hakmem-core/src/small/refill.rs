@@ -20,7 +20,7 @@ use crate::stats;
 use crate::thread;
 use crate::thread::abandon::segment_acquire;
 use crate::thread::heap::{unlink_segment, Heap, EMPTY_HEAP, EXITED_HEAP};
-use crate::thread::remote::take_notifications;
+use crate::thread::remote::take_notifications_with_parent;
 use core::ptr;
 
 /// Slow-path calls between two looks at the clock (a vDSO call of ~20 ns;
@@ -83,17 +83,17 @@ pub(crate) unsafe fn duties(heap: *mut Heap) {
         // purges of threads that exited (their memory waits for it).
         let beat = ((*heap).heartbeat as i32) < 0;
         crate::profile::rearm_own(heap);
-        take_notifications(heap);
-        // A live local heap also looks at its thread heap's notifications
-        // (periodic does its sweep): a thread that allocates only through
-        // local heaps runs no slow path of its thread heap, which holds
-        // the pages of the local heaps it deleted, parked full until the
-        // frees other threads make into them are taken in.
-        if let Some(parent) = (*heap).live_parent() {
-            take_notifications(parent);
-        }
-        (*heap).slow_ticks = (*heap).slow_ticks.wrapping_add(1);
-        if beat || (*heap).slow_ticks.is_multiple_of(CLOCK_CHECK_INTERVAL) {
+        take_notifications_with_parent(heap);
+        // A live local heap counts its slow paths on its thread heap's
+        // counter, so the clock is looked at every `CLOCK_CHECK_INTERVAL`
+        // slow paths of the thread, whichever heaps they ran in: a program
+        // that makes a local heap per request may run fewer than that in
+        // each, and `periodic` also sweeps the thread heap, which holds
+        // the pages of the local heaps deleted (remote frees into its
+        // queued pages are taken in by that sweep alone).
+        let ticks = (*heap).live_parent().unwrap_or(heap);
+        (*ticks).slow_ticks = (*ticks).slow_ticks.wrapping_add(1);
+        if beat || (*ticks).slow_ticks.is_multiple_of(CLOCK_CHECK_INTERVAL) {
             periodic(heap);
         }
     }

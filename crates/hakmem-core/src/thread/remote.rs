@@ -197,6 +197,27 @@ pub(crate) unsafe fn take_notifications(heap: *mut Heap) {
     }
 }
 
+/// `take_notifications` of `heap` and, for a live local heap, of its
+/// thread heap too: a thread that allocates only through local heaps runs
+/// no slow path of its thread heap, which holds the pages of the local
+/// heaps it deleted, parked full until the frees other threads make into
+/// them are taken in here.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap or one of its local heaps (not
+/// a static one).
+#[inline]
+pub(crate) unsafe fn take_notifications_with_parent(heap: *mut Heap) {
+    // SAFETY: the caller's guarantee; a live local heap's parent is the
+    // calling thread's heap (local.rs).
+    unsafe {
+        take_notifications(heap);
+        if let Some(parent) = (*heap).live_parent() {
+            take_notifications(parent);
+        }
+    }
+}
+
 /// Acts on remote frees that ended parked-full states in our segments.
 #[cold]
 pub(crate) unsafe fn process_notified(heap: *mut Heap) {

@@ -540,7 +540,11 @@ fn deleted_local_heaps_give_their_pages_back(rounds: usize, blocks: usize, size:
                 let _ = done.send(());
             }
         });
-        let pages = || hakmem_core::stats().pages_in_use;
+        // Pages and huge blocks (a `secure` build's blocks above 40 KiB).
+        let pages = || {
+            let s = hakmem_core::stats();
+            s.pages_in_use + s.huge_in_use
+        };
         let before = pages();
         let mut rng = 0x2545_f491_4f6c_dd1du64;
         // Returns the pages the round added while its heap was full.
@@ -565,10 +569,10 @@ fn deleted_local_heaps_give_their_pages_back(rounds: usize, blocks: usize, size:
         for _ in 0..rounds {
             most = most.max(round());
         }
-        // Past the purge delay (the sweep's interval: at most
-        // `DELAY_MAX_MS` under the adaptive policy, or what
-        // `HAKMEM_PURGE_DELAY` sets), so that the next round's slow paths
-        // sweep the thread heap: only the pages of that round stay.
+        // Past the purge delay (the sweep's interval: at most 1000 ms,
+        // policy.rs's `DELAY_MAX_MS`, under the adaptive policy, or what
+        // `HAKMEM_PURGE_DELAY` sets), so that the next round's first slow
+        // path sweeps the thread heap: only the pages of that round stay.
         let delay = hakmem_core::config().purge_delay_ms.max(1000) as u64;
         std::thread::sleep(Duration::from_millis(delay + 300));
         most = most.max(round());
@@ -590,17 +594,18 @@ fn pages_freed_after_their_local_heap_was_deleted_come_back_without_collect() {
 }
 
 /// A local heap per request, of a few blocks: fewer slow paths in each
-/// heap than the thread's clock check waits for (they count on the
-/// thread heap's counter).
+/// heap than a heap's clock check waits for (a local heap looks at the
+/// clock on its first).
 #[test]
 fn pages_of_short_lived_local_heaps_come_back_without_collect() {
     deleted_local_heaps_give_their_pages_back(400, 12, |r| 16 + r as usize % 3000);
 }
 
 /// Local heaps of large blocks only (`MEDIUM_SIZE_MAX` to `LARGE_SIZE_MAX`:
-/// no slow path of the small classes). A `secure` build has no large
-/// blocks: there they are huge (up to 1 MiB above `MEDIUM_SIZE_MAX`),
-/// which a delete lets go and a free returns at once.
+/// no slow path of the small classes; their pages parked full, so their
+/// frees notify). A `secure` build has no large blocks: there they are
+/// huge (up to 1 MiB above `MEDIUM_SIZE_MAX`), which a delete lets go
+/// and a free returns at once.
 #[test]
 fn pages_of_deleted_local_heaps_of_large_blocks_come_back_without_collect() {
     deleted_local_heaps_give_their_pages_back(100, 8, |r| {

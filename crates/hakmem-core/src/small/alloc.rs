@@ -339,9 +339,14 @@ pub(crate) unsafe fn alloc_large_block(heap: *mut Heap, size: usize) -> (*mut u8
         // The large blocks other threads freed come back first: their spans
         // are the room `page_alloc` looks for (a thread that allocates only
         // large blocks reaches no other slow path that takes them in). A
-        // local heap's, and its thread heap's: there lie the pages of the
-        // local heaps the thread deleted.
-        crate::thread::remote::take_notifications_with_parent(heap);
+        // local heap's large allocations are its slow paths: its duties,
+        // which include its thread heap's (where the pages of the local
+        // heaps the thread deleted lie), are done here.
+        if (*heap).is_local() {
+            crate::small::refill::duties(heap);
+        } else {
+            crate::thread::remote::take_notifications(heap);
+        }
         let page = page_alloc(heap, LARGE_CLASS, units, units * PAGE_SIZE);
         if page.is_null() {
             return (ptr::null_mut(), false);

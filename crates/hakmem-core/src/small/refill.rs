@@ -67,12 +67,16 @@ pub(crate) unsafe fn refill(heap: *mut Heap, class: usize) -> (*mut Heap, *mut P
 
 /// The heap's duties on a slow path: notifications, and the clock (and
 /// what is due by it: purges, the sweep, the policy) when the heartbeat
-/// ran out or every `CLOCK_CHECK_INTERVAL` slow paths; then the heartbeat
-/// re-armed. Also run by a heap profiler's sample, which skips `refill`
-/// (while profiling, most heartbeats end in a sample).
+/// ran out or every `CLOCK_CHECK_INTERVAL` slow paths (and on a local
+/// heap's first); then the heartbeat re-armed. A live local heap's duties
+/// include its thread heap's (`take_notifications_with_parent`,
+/// `periodic`). Also run by a heap profiler's sample, which skips `refill`
+/// (while profiling, most heartbeats end in a sample), and by a local
+/// heap's large allocations.
 ///
 /// # Safety
-/// `heap` must be the calling thread's heap, not a static one.
+/// `heap` must be the calling thread's heap or one of its local heaps, not
+/// a static one.
 pub(crate) unsafe fn duties(heap: *mut Heap) {
     // SAFETY: the caller's guarantee.
     unsafe {
@@ -84,16 +88,15 @@ pub(crate) unsafe fn duties(heap: *mut Heap) {
         let beat = ((*heap).heartbeat as i32) < 0;
         crate::profile::rearm_own(heap);
         take_notifications_with_parent(heap);
-        // A live local heap counts its slow paths on its thread heap's
-        // counter, so the clock is looked at every `CLOCK_CHECK_INTERVAL`
-        // slow paths of the thread, whichever heaps they ran in: a program
-        // that makes a local heap per request may run fewer than that in
-        // each, and `periodic` also sweeps the thread heap, which holds
-        // the pages of the local heaps deleted (remote frees into its
-        // queued pages are taken in by that sweep alone).
-        let ticks = (*heap).live_parent().unwrap_or(heap);
-        (*ticks).slow_ticks = (*ticks).slow_ticks.wrapping_add(1);
-        if beat || (*ticks).slow_ticks.is_multiple_of(CLOCK_CHECK_INTERVAL) {
+        (*heap).slow_ticks = (*heap).slow_ticks.wrapping_add(1);
+        let ticks = (*heap).slow_ticks;
+        // A local heap also looks at the clock on its first slow path: a
+        // program that makes a local heap per request may run fewer than
+        // `CLOCK_CHECK_INTERVAL` in each, and a local heap's `periodic`
+        // also sweeps its thread heap, which holds the pages of the local
+        // heaps deleted (the frees into its queued pages are taken in by
+        // that sweep alone) and which such a thread never runs itself.
+        if beat || ticks.is_multiple_of(CLOCK_CHECK_INTERVAL) || (ticks == 1 && (*heap).is_local()) {
             periodic(heap);
         }
     }

@@ -39,11 +39,13 @@
 //! the thread that deleted the heap is the one most likely to allocate
 //! next: its free pages serve it at once, with no trip through the
 //! abandoned list. A thread that allocates only through local heaps never
-//! runs its thread heap's slow path, so a live local heap's slow paths do
-//! the thread heap's duties as well (`remote::take_notifications_with_parent`,
-//! `purge::periodic`, the clock counted on the thread heap's `slow_ticks`):
-//! the pages of deleted heaps that other threads free into come back at
-//! the thread's next slow paths or its next sweep, while it allocates.
+//! runs its thread heap's slow path, so a live local heap's slow paths
+//! (`refill::duties`, also run by its large allocations) do the thread
+//! heap's duties as well (`remote::take_notifications_with_parent`,
+//! `purge::periodic`, which a local heap also runs on its first slow
+//! path): the pages of deleted heaps that other threads free into come
+//! back at the thread's next slow path (parked pages) or its next sweep
+//! (queued pages), while it allocates small or large blocks.
 //!
 //! **Destroy** (`local_destroy`, unsafe): every page of every segment is
 //! released and the segments go to the cache (or the OS); huge blocks are

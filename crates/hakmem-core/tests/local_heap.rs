@@ -530,6 +530,9 @@ fn local_heaps_of_a_thread_delete_and_destroy_in_any_order() {
 /// more round, and then no more pages than two rounds' may be in use.
 fn deleted_local_heaps_give_their_pages_back(rounds: usize, blocks: usize, size: fn(u64) -> usize) {
     serial(move || {
+        // The freer allocates nothing through hakmem (the binary's global
+        // allocator is `System`), so it has no heap and pushes each free
+        // at once: none waits in a batch past the final sweep.
         let (to_freer, freer_rx) = mpsc::channel::<(Vec<usize>, mpsc::Sender<()>)>();
         let freer = std::thread::spawn(move || {
             for (blocks, done) in freer_rx {

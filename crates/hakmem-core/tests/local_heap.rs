@@ -527,7 +527,8 @@ fn local_heaps_of_a_thread_delete_and_destroy_in_any_order() {
 /// Each round makes a local heap, allocates `blocks` blocks of sizes from
 /// `size`, deletes the heap and has the other thread free every block;
 /// after `rounds` rounds and a pause past the longest purge delay, one
-/// more round, and then no more pages than two rounds' may be in use.
+/// more round, and then at most twice the most pages (and huge blocks) a
+/// round added, and 8 more, may be in use.
 fn deleted_local_heaps_give_their_pages_back(rounds: usize, blocks: usize, size: fn(u64) -> usize) {
     serial(move || {
         // The freer allocates nothing through hakmem (the binary's global

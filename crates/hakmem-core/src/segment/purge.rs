@@ -2,7 +2,8 @@
 //!
 //! A heap's slow path looks at the clock every `CLOCK_CHECK_INTERVAL`th
 //! call (and a local heap's at its first; refill.rs) and runs `periodic`
-//! (a live local heap's also does its thread heap's part): once per purge delay it sweeps its
+//! (a live local heap's also does its thread heap's part): once per purge
+//! delay it sweeps its
 //! queued pages (remote frees taken in, empty pages given back, also of
 //! classes the thread stopped using) and purges the due spans of its
 //! segments. Cached segments, abandoned segments and cached huge mappings

@@ -266,6 +266,17 @@ mod front {
         if unsafe { (*heap).is_orphaned() } {
             return (ptr::null_mut(), false);
         }
+        // A live local heap's huge allocations are slow paths too: its
+        // duties, which include its thread heap's (where the pages of the
+        // local heaps the thread deleted lie), are done here, for a thread
+        // that goes on with huge blocks alone.
+        // SAFETY: the caller's guarantee: heap is this thread's, and a
+        // local heap is not a static one.
+        unsafe {
+            if (*heap).is_local() {
+                crate::small::refill::duties(heap);
+            }
+        }
         // SAFETY: the caller's guarantee: heap is this thread's.
         let sample = unsafe { crate::profile::active() && crate::profile::take(heap, size) };
         let (p, zero) = huge::huge_alloc(size, align);

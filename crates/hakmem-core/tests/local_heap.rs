@@ -527,9 +527,14 @@ fn local_heaps_of_a_thread_delete_and_destroy_in_any_order() {
 /// Each round makes a local heap, allocates `blocks` blocks of sizes from
 /// `size`, deletes the heap and has the other thread free every block;
 /// after `rounds` rounds and a pause past the longest purge delay, one
-/// more round, and then at most twice the most pages (and huge blocks) a
-/// round added, and 8 more, may be in use.
-fn deleted_local_heaps_give_their_pages_back(rounds: usize, blocks: usize, size: fn(u64) -> usize) {
+/// more round of sizes from `last`, and then at most twice the most pages
+/// (and huge blocks) a round added, and 8 more, may be in use.
+fn deleted_local_heaps_give_their_pages_back(
+    rounds: usize,
+    blocks: usize,
+    size: fn(u64) -> usize,
+    last: fn(u64) -> usize,
+) {
     serial(move || {
         // The freer allocates nothing through hakmem (the binary's global
         // allocator is `System`), so it has no heap and pushes each free
@@ -552,7 +557,7 @@ fn deleted_local_heaps_give_their_pages_back(rounds: usize, blocks: usize, size:
         let before = pages();
         let mut rng = 0x2545_f491_4f6c_dd1du64;
         // Returns the pages the round added while its heap was full.
-        let mut round = || {
+        let mut round = |size: fn(u64) -> usize| {
             let start = pages();
             let heap = LocalHeap::new();
             let blocks: Vec<usize> = (0..blocks)
@@ -571,7 +576,7 @@ fn deleted_local_heaps_give_their_pages_back(rounds: usize, blocks: usize, size:
         };
         let mut most = 0;
         for _ in 0..rounds {
-            most = most.max(round());
+            most = most.max(round(size));
         }
         // Past the purge delay (the sweep's interval: at most 1000 ms,
         // policy.rs's `DELAY_MAX_MS`, under the adaptive policy, or what
@@ -579,7 +584,7 @@ fn deleted_local_heaps_give_their_pages_back(rounds: usize, blocks: usize, size:
         // path sweeps the thread heap: only the pages of that round stay.
         let delay = hakmem_core::config().purge_delay_ms.max(1000) as u64;
         std::thread::sleep(Duration::from_millis(delay + 300));
-        most = most.max(round());
+        most = most.max(round(last));
         let kept = pages().saturating_sub(before);
         drop(to_freer);
         freer.join().unwrap();
@@ -594,7 +599,8 @@ fn deleted_local_heaps_give_their_pages_back(rounds: usize, blocks: usize, size:
 /// Local heaps of 1 000 small and medium blocks.
 #[test]
 fn pages_freed_after_their_local_heap_was_deleted_come_back_without_collect() {
-    deleted_local_heaps_give_their_pages_back(60, 1000, |r| 16 + r as usize % 2000);
+    let size = |r| 16 + r as usize % 2000;
+    deleted_local_heaps_give_their_pages_back(60, 1000, size, size);
 }
 
 /// A local heap per request, of a few blocks: fewer slow paths in each
@@ -602,7 +608,21 @@ fn pages_freed_after_their_local_heap_was_deleted_come_back_without_collect() {
 /// clock on its first).
 #[test]
 fn pages_of_short_lived_local_heaps_come_back_without_collect() {
-    deleted_local_heaps_give_their_pages_back(400, 12, |r| 16 + r as usize % 3000);
+    let size = |r| 16 + r as usize % 3000;
+    deleted_local_heaps_give_their_pages_back(400, 12, size, size);
+}
+
+/// Short-lived local heaps of small blocks, and then one of huge blocks
+/// alone: its allocations, which reach no slow path of the segments, do
+/// the thread heap's duties too.
+#[test]
+fn pages_of_deleted_local_heaps_come_back_when_the_thread_goes_on_with_huge_blocks() {
+    deleted_local_heaps_give_their_pages_back(
+        400,
+        12,
+        |r| 16 + r as usize % 3000,
+        |r| hakmem_core::LARGE_SIZE_MAX + 1 + r as usize % (1 << 20),
+    );
 }
 
 /// Local heaps of large blocks only (`MEDIUM_SIZE_MAX` to `LARGE_SIZE_MAX`:
@@ -612,12 +632,13 @@ fn pages_of_short_lived_local_heaps_come_back_without_collect() {
 /// and a free returns at once.
 #[test]
 fn pages_of_deleted_local_heaps_of_large_blocks_come_back_without_collect() {
-    deleted_local_heaps_give_their_pages_back(100, 8, |r| {
+    let size = |r| {
         let span = hakmem_core::LARGE_SIZE_MAX
             .saturating_sub(hakmem_core::MEDIUM_SIZE_MAX)
             .max(1 << 20);
         hakmem_core::MEDIUM_SIZE_MAX + 1 + r as usize % span
-    });
+    };
+    deleted_local_heaps_give_their_pages_back(100, 8, size, size);
 }
 
 /// The stress: owners make local heaps, allocate blocks of every size

@@ -72,7 +72,7 @@ pub(crate) unsafe fn refill(heap: *mut Heap, class: usize) -> (*mut Heap, *mut P
 /// include its thread heap's (`take_notifications_with_parent`,
 /// `periodic`). Also run by a heap profiler's sample, which skips `refill`
 /// (while profiling, most heartbeats end in a sample), and by a local
-/// heap's large allocations.
+/// heap's large and huge allocations.
 ///
 /// # Safety
 /// `heap` must be the calling thread's heap or one of its local heaps, not

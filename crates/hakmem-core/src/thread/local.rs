@@ -40,12 +40,12 @@
 //! next: its free pages serve it at once, with no trip through the
 //! abandoned list. A thread that allocates only through local heaps never
 //! runs its thread heap's slow path, so a live local heap's slow paths
-//! (`refill::duties`, also run by its large allocations) do the thread
-//! heap's duties as well (`remote::take_notifications_with_parent`,
+//! (`refill::duties`, also run by its large and huge allocations) do the
+//! thread heap's duties as well (`remote::take_notifications_with_parent`,
 //! `purge::periodic`, which a local heap also runs on its first slow
 //! path): the pages of deleted heaps that other threads free into come
 //! back at the thread's next slow path (parked pages) or its next sweep
-//! (queued pages), while it allocates small or large blocks.
+//! (queued pages), while it allocates through local heaps.
 //!
 //! **Destroy** (`local_destroy`, unsafe): every page of every segment is
 //! released and the segments go to the cache (or the OS); huge blocks are

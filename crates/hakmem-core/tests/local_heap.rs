@@ -556,7 +556,8 @@ fn deleted_local_heaps_give_their_pages_back(
         };
         let before = pages();
         let mut rng = 0x2545_f491_4f6c_dd1du64;
-        // Returns the pages the round added while its heap was full.
+        // Returns the pages the round added while its heap was full (net
+        // of what its own slow paths gave back, floored at 0).
         let mut round = |size: fn(u64) -> usize| {
             let start = pages();
             let heap = LocalHeap::new();
@@ -612,7 +613,7 @@ fn pages_of_short_lived_local_heaps_come_back_without_collect() {
     deleted_local_heaps_give_their_pages_back(400, 12, size, size);
 }
 
-/// Short-lived local heaps of small blocks, and then one of huge blocks
+/// Short-lived local heaps of small and medium blocks, and then one of huge blocks
 /// alone: its allocations, which reach no slow path of the segments, do
 /// the thread heap's duties too.
 #[test]

@@ -3,10 +3,9 @@
 //! A heap's slow path looks at the clock every `CLOCK_CHECK_INTERVAL`th
 //! call (and a local heap's at its first; refill.rs) and runs `periodic`
 //! (a live local heap's also does its thread heap's part): once per purge
-//! delay it sweeps its
-//! queued pages (remote frees taken in, empty pages given back, also of
-//! classes the thread stopped using) and purges the due spans of its
-//! segments. Cached segments, abandoned segments and cached huge mappings
+//! delay it sweeps its queued pages (remote frees taken in, empty pages
+//! given back, also of classes the thread stopped using) and purges the
+//! due spans of its segments. Cached segments, abandoned segments and cached huge mappings
 //! are purged by a global pass that any thread's slow path runs when the
 //! global deadline hint (`GLOBAL_PURGE_AT`) has passed, one thread at a
 //! time, off the lists' locks; it first tidies the abandoned segments (the

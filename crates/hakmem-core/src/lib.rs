@@ -266,19 +266,21 @@ mod front {
         if unsafe { (*heap).is_orphaned() } {
             return (ptr::null_mut(), false);
         }
-        // A live local heap's huge allocations are slow paths too: its
-        // duties, which include its thread heap's (where the pages of the
-        // local heaps the thread deleted lie), are done here, for a thread
-        // that goes on with huge blocks alone.
-        // SAFETY: the caller's guarantee: heap is this thread's, and a
-        // local heap is not a static one.
-        unsafe {
-            if (*heap).is_local() {
-                crate::small::refill::duties(heap);
-            }
-        }
         // SAFETY: the caller's guarantee: heap is this thread's.
         let sample = unsafe { crate::profile::active() && crate::profile::take(heap, size) };
+        // A huge allocation is a slow path too: the heap's duties (settled
+        // by `take` first: they re-arm the heartbeat), for a thread that
+        // goes on with huge blocks alone; a live local heap's include its
+        // thread heap's (where the pages of the local heaps the thread
+        // deleted lie). A static heap (a thread without a heap of its own
+        // yet, or one that has exited) has only the global ones.
+        if thread::heap::is_static_heap(heap) {
+            crate::segment::purge::heapless_duties();
+        } else {
+            // SAFETY: the caller's guarantee: heap is this thread's heap or
+            // one of its live local heaps, not being a static one.
+            unsafe { crate::small::refill::duties(heap) };
+        }
         let (p, zero) = huge::huge_alloc(size, align);
         // SAFETY: the caller's guarantee; p is a huge block just allocated
         // for heap, so segment_of(p) is its fresh huge segment.
@@ -286,7 +288,6 @@ mod front {
             if !p.is_null() && (*heap).is_local() {
                 huge::attach_to_local(heap, segment_of(p));
             }
-            crate::profile::lower(heap);
             if sample && !p.is_null() {
                 crate::profile::record(heap, p, size);
             }

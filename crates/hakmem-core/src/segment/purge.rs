@@ -138,8 +138,8 @@ pub(crate) unsafe fn tidy_for_retire(heap: *mut Heap) {
 pub(crate) unsafe fn release_duty(heap: *mut Heap) {
     // SAFETY: the caller's guarantee.
     unsafe {
-        (*heap).slow_ticks = (*heap).slow_ticks.wrapping_add(1);
-        if !(*heap).slow_ticks.is_multiple_of(RELEASES_PER_CLOCK_CHECK) {
+        (*heap).release_ticks = (*heap).release_ticks.wrapping_add(1);
+        if !(*heap).release_ticks.is_multiple_of(RELEASES_PER_CLOCK_CHECK) {
             return;
         }
         let now = os::now_ms();
@@ -155,6 +155,19 @@ pub(crate) unsafe fn release_duty(heap: *mut Heap) {
 
 /// See `release_duty`.
 const RELEASES_PER_CLOCK_CHECK: u32 = 8;
+
+/// The duties of a thread with no heap of its own (one whose allocations
+/// so far were all huge, or one that has exited), at each of its huge
+/// allocations: the global purges when due (the huge arena's and cache's
+/// among them) and the policy's clock. A program whose only busy thread
+/// makes huge blocks alone would otherwise never purge them.
+pub(crate) fn heapless_duties() {
+    let now = os::now_ms();
+    if global_purge_due(now) {
+        purge_global(now, false);
+    }
+    crate::policy::tick(now);
+}
 
 /// Purges the pending pages of our segments that are due (all when `force`).
 unsafe fn heap_purge(heap: *mut Heap, now: u64, force: bool) {

@@ -70,9 +70,10 @@ pub(crate) unsafe fn refill(heap: *mut Heap, class: usize) -> (*mut Heap, *mut P
 /// ran out or every `CLOCK_CHECK_INTERVAL` slow paths (and on a local
 /// heap's first); then the heartbeat re-armed. A live local heap's duties
 /// include its thread heap's (`take_notifications_with_parent`,
-/// `periodic`). Also run by a heap profiler's sample, which skips `refill`
-/// (while profiling, most heartbeats end in a sample), and by a local
-/// heap's large and huge allocations.
+/// `periodic`). Also run by every large and huge allocation (a thread
+/// that goes on with those alone reaches no other slow path), among them
+/// a heap profiler's samples, which skip `refill` (while profiling, most
+/// heartbeats end in a sample).
 ///
 /// # Safety
 /// `heap` must be the calling thread's heap or one of its local heaps, not

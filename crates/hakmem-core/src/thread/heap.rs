@@ -72,6 +72,10 @@ pub(crate) struct Heap {
     pub(crate) sweep_at_ms: u64,
     /// Slow-path calls, to look at the clock only every `CLOCK_CHECK_INTERVAL`.
     pub(crate) slow_ticks: u32,
+    /// Pages given back by frees (`release_duty`), to look at the clock
+    /// only every `RELEASES_PER_CLOCK_CHECK`. Apart from `slow_ticks`, so
+    /// that neither count skips the other's multiples.
+    pub(crate) release_ticks: u32,
     /// Per-class counts (empty without the `stats` feature).
     pub(crate) counts: stats::HeapCounts,
     /// Blocks this thread freed into other threads' pages, gathered per
@@ -251,6 +255,7 @@ impl Heap {
             purge_at_ms: 0,
             sweep_at_ms: 0,
             slow_ticks: 0,
+            release_ticks: 0,
             counts: stats::HeapCounts::ZERO,
             remote: [RemoteBatch::EMPTY; REMOTE_BATCHES],
             pool_next: ptr::null_mut(),
@@ -447,6 +452,7 @@ impl Heap {
         self.purge_at_ms = 0;
         self.sweep_at_ms = 0;
         self.slow_ticks = 0;
+        self.release_ticks = 0;
         self.counts = stats::HeapCounts::ZERO;
         self.remote = [RemoteBatch::EMPTY; REMOTE_BATCHES];
         self.pool_next = ptr::null_mut();

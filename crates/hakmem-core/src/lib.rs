@@ -262,32 +262,48 @@ mod front {
     /// As for [`alloc_generic`].
     #[link_section = "hakmem_text"]
     unsafe fn alloc_huge(heap: *mut Heap, size: usize, align: usize) -> (*mut u8, bool) {
+        // A thread whose first allocation is huge gets its heap here, as on
+        // its first small or large one: its duties below, and the process's
+        // set-up (the fork handlers, and in `secure` builds the secret),
+        // come with it. Without one (no memory for it) the block is served
+        // all the same.
+        let heap = if heap == thread::heap::EMPTY_HEAP.get() {
+            let made = thread::init_heap();
+            if made.is_null() {
+                heap
+            } else {
+                made
+            }
+        } else {
+            heap
+        };
         // SAFETY: the caller's guarantee: heap is a valid heap.
         if unsafe { (*heap).is_orphaned() } {
             return (ptr::null_mut(), false);
         }
         // SAFETY: the caller's guarantee: heap is this thread's.
         let sample = unsafe { crate::profile::active() && crate::profile::take(heap, size) };
-        // A huge allocation is a slow path too: the heap's duties (settled
-        // by `take` first: they re-arm the heartbeat), for a thread that
-        // goes on with huge blocks alone; a live local heap's include its
-        // thread heap's (where the pages of the local heaps the thread
-        // deleted lie). A static heap (a thread without a heap of its own
-        // yet, or one that has exited) has only the global ones.
+        let (p, zero) = huge::huge_alloc(size, align);
+        // A huge allocation is a slow path too: the heap's duties, after the
+        // block is had (a purge due now does not take the memory it reuses),
+        // for a thread that goes on with huge blocks alone; a live local
+        // heap's include its thread heap's (where the pages of the local
+        // heaps the thread deleted lie). A static heap (a thread that has
+        // exited, or one no heap could be made for) has the global ones.
         if thread::heap::is_static_heap(heap) {
-            crate::segment::purge::heapless_duties();
+            purge::heapless_duties();
         } else {
             // SAFETY: the caller's guarantee: heap is this thread's heap or
             // one of its live local heaps, not being a static one.
-            unsafe { crate::small::refill::duties(heap) };
+            unsafe { crate::small::refill::large_duties(heap) };
         }
-        let (p, zero) = huge::huge_alloc(size, align);
         // SAFETY: the caller's guarantee; p is a huge block just allocated
         // for heap, so segment_of(p) is its fresh huge segment.
         unsafe {
             if !p.is_null() && (*heap).is_local() {
                 huge::attach_to_local(heap, segment_of(p));
             }
+            crate::profile::lower(heap);
             if sample && !p.is_null() {
                 crate::profile::record(heap, p, size);
             }

@@ -38,6 +38,18 @@ fn touched(size: usize) -> usize {
 /// What the burst committed must have gone back.
 fn a_producer_of_blocks_gives_its_burst_back(size: usize, count: usize) {
     let _guard: MutexGuard<'static, ()> = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if cfg!(feature = "secure") {
+        // Blocks above 40 KiB are guarded mappings there, whose quarantine
+        // purges the large ones as they enter it and bounds what the rest
+        // keep committed (huge/quarantine.rs): about 17 MiB stayed of a
+        // 52 MiB burst of 200 KiB blocks without the duties, 9.5 MiB with
+        // them, too close to tell apart by a bound.
+        common::skipped(
+            "a_producer_of_blocks_gives_its_burst_back",
+            "secure build: the huge quarantine bounds what stays committed",
+        );
+        return;
+    }
     let delay = hakmem_core::config().purge_delay_ms;
     if delay < 0 {
         common::skipped(
@@ -96,8 +108,7 @@ fn a_producer_of_blocks_gives_its_burst_back(size: usize, count: usize) {
     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
 }
 
-/// Large blocks (inside segments; huge ones in a `secure` build, where
-/// blocks above 40 KiB are guarded mappings).
+/// Large blocks (inside segments).
 #[test]
 fn a_producer_of_large_blocks_gives_its_burst_back() {
     a_producer_of_blocks_gives_its_burst_back(200 << 10, 200);

@@ -62,9 +62,8 @@ use crate::thread::heap::{is_static_heap, Heap};
 pub const DEFAULT_RATE: usize = 512 * 1024;
 /// The largest mean interval [`start`] accepts (1 GiB).
 pub const MAX_RATE: usize = 1 << 30;
-/// The smallest (4 KiB): each sample takes a 64 KiB span and skips the
-/// slow path's duties, so a smaller one would make most allocations
-/// samples.
+/// The smallest (4 KiB): each sample takes a 64 KiB span, so a smaller
+/// one would make most allocations samples.
 pub const MIN_RATE: usize = 4 << 10;
 
 /// Whether new allocations are sampled.
@@ -76,7 +75,7 @@ static RATE: AtomicUsize = AtomicUsize::new(DEFAULT_RATE);
 /// A heap's countdown to its next sample.
 #[derive(Clone, Copy)]
 pub(crate) struct Sampler {
-    /// The value `rearm_own` (or the last `take`) left in the heap's
+    /// The value `rearm_own` (or the last `take` or `lower`) left in the heap's
     /// heartbeat: what the heartbeat has gone down since is what the fast
     /// paths handed out.
     armed: u32,
@@ -191,6 +190,34 @@ pub(crate) unsafe fn note_size(heap: *mut Heap, size: usize) {
         s.inv_size_avg = (avg + (inv - avg) / 8).max(1) as u32;
         let mean = (1i64 << 24) / s.inv_size_avg as i64;
         s.beat = (mean * HEARTBEAT_ALLOCS as i64).clamp(HEARTBEAT_MIN, HEARTBEAT_MAX) as u32;
+    }
+}
+
+/// After a large or huge allocation (not counted by the fast paths) that
+/// [`take`] has settled: lowers `heap`'s heartbeat to the bytes left to
+/// its next sample when those are fewer, never raises it (so that these
+/// allocations do not put the heartbeat's duties off). Thread heaps only.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap or one of its local heaps
+/// (the static heaps and local heaps are left alone).
+#[inline]
+pub(crate) unsafe fn lower(heap: *mut Heap) {
+    // SAFETY: the caller's guarantee.
+    if !active() || unsafe { !samples(heap) } {
+        return;
+    }
+    // SAFETY: the caller's guarantee: a thread heap of the caller's.
+    unsafe {
+        let s = &mut (*heap).sampler;
+        if !s.seeded {
+            return;
+        }
+        let cap = (s.left - 1).max(0);
+        if ((*heap).heartbeat as i32) as i64 > cap {
+            (*heap).heartbeat = cap as u32;
+            s.armed = cap as u32;
+        }
     }
 }
 
@@ -313,9 +340,11 @@ fn next_interval(_rng: &mut u64) -> i64 {
 pub(crate) unsafe fn alloc_sample(heap: *mut Heap, size: usize, zero: bool) -> *mut u8 {
     // SAFETY: the caller's guarantee: heap is this thread's thread heap.
     unsafe {
-        // `alloc_large_block` does the duties refill would have done (and
-        // re-arms the heartbeat): while profiling, most heartbeats end here.
+        // The duties refill would have done (`alloc_large_block` does
+        // them), and the heartbeat re-armed: while profiling, most
+        // heartbeats end here.
         let (p, zeroed) = crate::small::alloc::alloc_large_block(heap, size);
+        rearm_own(heap);
         if p.is_null() {
             return p;
         }

@@ -1,7 +1,8 @@
 //! Delayed purging and the heap's time-driven duties.
 //!
-//! A heap's slow path looks at the clock every `CLOCK_CHECK_INTERVAL`th
-//! call (and a local heap's at its first; refill.rs) and runs `periodic`
+//! A heap's slow path (a large or huge allocation among them) looks at the
+//! clock every `CLOCK_CHECK_INTERVAL`th call (and a local heap's at its
+//! first; refill.rs) and runs `periodic`
 //! (a live local heap's also does its thread heap's part): once per purge
 //! delay it sweeps its queued pages (remote frees taken in, empty pages
 //! given back, also of classes the thread stopped using) and purges the
@@ -156,11 +157,10 @@ pub(crate) unsafe fn release_duty(heap: *mut Heap) {
 /// See `release_duty`.
 const RELEASES_PER_CLOCK_CHECK: u32 = 8;
 
-/// The duties of a thread with no heap of its own (one whose allocations
-/// so far were all huge, or one that has exited), at each of its huge
-/// allocations: the global purges when due (the huge arena's and cache's
-/// among them) and the policy's clock. A program whose only busy thread
-/// makes huge blocks alone would otherwise never purge them.
+/// The duties of a thread with no heap of its own (one that has exited,
+/// or one no heap could be made for), at each of its huge allocations:
+/// the global purges when due (the huge arena's and cache's among them)
+/// and the policy's clock.
 pub(crate) fn heapless_duties() {
     let now = os::now_ms();
     if global_purge_due(now) {

@@ -315,9 +315,8 @@ pub(crate) unsafe fn alloc_large(heap: *mut Heap, size: usize) -> (*mut u8, bool
     // SAFETY: heap is this thread's heap (or one of its local heaps).
     unsafe {
         if crate::profile::active() {
-            // Settled before `alloc_large_block`'s duties re-arm the
-            // heartbeat (to the bytes left to the next sample when fewer).
             let sample = crate::profile::take(heap, size);
+            crate::profile::lower(heap);
             let (p, zeroed) = alloc_large_block(heap, size);
             if sample && !p.is_null() {
                 crate::profile::record(heap, p, size);
@@ -330,8 +329,7 @@ pub(crate) unsafe fn alloc_large(heap: *mut Heap, size: usize) -> (*mut u8, bool
 
 /// [`alloc_large`]'s block, for a heap that is a real one (not a static
 /// heap), with no profiling: the profiler's samples are such blocks. Does
-/// the heap's duties and re-arms its heartbeat (`refill::duties`): while
-/// profiling, the caller settles the count first (`profile::take`).
+/// the heap's duties but the heartbeat's (`refill::large_duties`).
 ///
 /// # Safety
 /// `heap` must be the calling thread's heap or one of its local heaps.
@@ -342,13 +340,10 @@ pub(crate) unsafe fn alloc_large_block(heap: *mut Heap, size: usize) -> (*mut u8
         // A large allocation is a slow path: the heap's duties are done
         // here. The large blocks other threads freed come back first
         // (notifications): their spans are the room `page_alloc` looks for.
-        // And the clock, now and then: a thread that goes on with large
-        // blocks alone reaches no other slow path, and its purges, its
-        // sweep (the frees other threads make into its queued pages) and
-        // the global purges would wait for its next small one. A local
-        // heap's duties include its thread heap's (where the pages of the
-        // local heaps the thread deleted lie).
-        crate::small::refill::duties(heap);
+        // Then the clock, now and then. A local heap's duties include its
+        // thread heap's (where the pages of the local heaps the thread
+        // deleted lie).
+        crate::small::refill::large_duties(heap);
         let page = page_alloc(heap, LARGE_CLASS, units, units * PAGE_SIZE);
         if page.is_null() {
             return (ptr::null_mut(), false);

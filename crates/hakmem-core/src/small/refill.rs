@@ -70,10 +70,7 @@ pub(crate) unsafe fn refill(heap: *mut Heap, class: usize) -> (*mut Heap, *mut P
 /// ran out or every `CLOCK_CHECK_INTERVAL` slow paths (and on a local
 /// heap's first); then the heartbeat re-armed. A live local heap's duties
 /// include its thread heap's (`take_notifications_with_parent`,
-/// `periodic`). Also run by every large and huge allocation (a thread
-/// that goes on with those alone reaches no other slow path), among them
-/// a heap profiler's samples, which skip `refill` (while profiling, most
-/// heartbeats end in a sample).
+/// `periodic`).
 ///
 /// # Safety
 /// `heap` must be the calling thread's heap or one of its local heaps, not
@@ -88,6 +85,36 @@ pub(crate) unsafe fn duties(heap: *mut Heap) {
         // purges of threads that exited (their memory waits for it).
         let beat = ((*heap).heartbeat as i32) < 0;
         crate::profile::rearm_own(heap);
+        chores(heap, beat);
+    }
+}
+
+/// [`duties`] for a large or huge allocation, and for a heap profiler's
+/// sample (which skips `refill` and re-arms the heartbeat itself): all
+/// but the re-arming. These allocations do not count the heartbeat down,
+/// so re-arming it would put off the duties it brings: a thread whose
+/// small allocations hit warm pages between large ones would look at the
+/// clock only every 16th large one. A thread that goes on with large or
+/// huge blocks alone reaches no other slow path: without these its
+/// purges, its sweep (the frees other threads make into its queued pages)
+/// and the global purges would wait for its next small one.
+///
+/// # Safety
+/// As for [`duties`].
+pub(crate) unsafe fn large_duties(heap: *mut Heap) {
+    // SAFETY: the caller's guarantee.
+    unsafe { chores(heap, ((*heap).heartbeat as i32) < 0) }
+}
+
+/// The duties but the heartbeat: notifications, then the clock when `beat`
+/// (the heartbeat ran out), every `CLOCK_CHECK_INTERVAL` calls, and on a
+/// local heap's first.
+///
+/// # Safety
+/// As for [`duties`].
+unsafe fn chores(heap: *mut Heap, beat: bool) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
         take_notifications_with_parent(heap);
         (*heap).slow_ticks = (*heap).slow_ticks.wrapping_add(1);
         let ticks = (*heap).slow_ticks;

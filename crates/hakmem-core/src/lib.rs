@@ -414,7 +414,8 @@ mod front {
     /// Resizes block `p` to `new_size` bytes with alignment `align` (the one it
     /// was allocated with). In place when the new size still fits the block and
     /// uses at least half of it; otherwise allocates, copies and frees. On
-    /// failure returns null and leaves `p` untouched. (`secure`: the block is
+    /// failure returns null and leaves `p` untouched; a shrink never fails
+    /// (with no memory for the copy, `p` stays where it is). (`secure`: the block is
     /// checked first, as `free` checks it.)
     ///
     /// # Safety
@@ -539,14 +540,18 @@ mod front {
     }
 
     /// Moves live block `p`, of which `used` bytes are data, into a new
-    /// block of `new_size` bytes from `heap` (`p` is freed through it);
-    /// null (and `p` untouched) when none can be had.
+    /// block of `new_size` bytes from `heap` (`p` is freed through it).
+    /// When none can be had: null (and `p` untouched), unless `new_size`
+    /// is at most `used` — a shrink, which never fails (as in glibc): `p`
+    /// stays where it is, holding `new_size` bytes (`secure`: its
+    /// requested size and canary moved there), and `errno` as it was.
     ///
     /// # Safety
-    /// `p` must be a live block returned by this allocator with `align`;
-    /// `heap` as for [`alloc_generic`].
+    /// `p` must be a live block returned by this allocator with `align`,
+    /// with at least `used` bytes; `heap` as for [`alloc_generic`].
     #[link_section = "hakmem_text"]
     unsafe fn realloc_by_copy(heap: *mut Heap, p: *mut u8, used: usize, new_size: usize, align: usize) -> *mut u8 {
+        let errno = os::errno();
         // SAFETY: the caller's guarantee for heap.
         let q = unsafe { alloc_in_checked(heap, new_size, align) };
         if !q.is_null() {
@@ -556,8 +561,26 @@ mod front {
                 ptr::copy_nonoverlapping(p, q, used.min(new_size));
                 crate::small::free::free_in(heap, p);
             }
+            return q;
         }
-        q
+        if new_size > used {
+            return q;
+        }
+        #[cfg(feature = "secure")]
+        {
+            let seg = segment_of(p);
+            // SAFETY: p is a live hakmem block (not a zero-sized one: those
+            // are replaced before this), so seg is its header and, for a
+            // block in a page, page_of its page; padded(new_size) fits the
+            // slot, as padded(used) did.
+            unsafe {
+                if (*seg).kind != SegmentKind::Huge {
+                    (*(*seg).page_of(p)).set_requested_size(p, new_size);
+                }
+            }
+        }
+        os::set_errno(errno);
+        p
     }
 
     /// [`alloc`] from `heap`, for an `align` known to be a power of two:

@@ -119,3 +119,84 @@ fn a_small_huge_block_leaves_room_for_a_large_one() {
     });
     assert_eq!(code, 0, "3 = the small block failed, 4 = the large one");
 }
+
+/// A shrinking `realloc` never fails (as in glibc): with no memory left
+/// for the smaller block, the block stays where it is, its data intact,
+/// its usable size at least the new size (`secure`: exactly for a block in
+/// a page, its canary moved there) and `errno` untouched. The block is shrunk to a size the
+/// exhausted address space can no longer serve, below half of it, so that
+/// it would move: a 64 MiB block to 1 MiB (a huge block to a large one;
+/// `secure`, to a smaller mapping) and an 8 000-byte one to 100 bytes.
+#[test]
+fn a_shrinking_realloc_keeps_its_block_when_no_memory_is_left() {
+    for (big, small) in [(64usize << 20, 1usize << 20), (8000, 100)] {
+        let code = in_limited_child(256 << 20, || shrink_when_exhausted(big, small));
+        assert_eq!(
+            code, 0,
+            "{big} -> {small}: 2 = the big block failed, 3 = the shrink failed, 4 = it moved (its \
+             allocation did not fail: the test missed its path), 5 = its data changed, 6 = errno \
+             changed, 7 = its usable size is wrong"
+        );
+    }
+}
+
+/// In the child: `big` bytes allocated, the address space exhausted with
+/// blocks of `small` bytes, then `big` shrunk to `small`. Returns the exit
+/// code.
+fn shrink_when_exhausted(big: usize, small: usize) -> i32 {
+    let p = hakmem_core::malloc(big);
+    if p.is_null() {
+        return 2;
+    }
+    for i in 0..small {
+        // SAFETY: i < small < big, inside the block.
+        unsafe { *p.add(i) = i as u8 ^ 0x5a };
+    }
+    let mut head: *mut u8 = std::ptr::null_mut();
+    loop {
+        let q = hakmem_core::malloc(small);
+        if q.is_null() {
+            break;
+        }
+        // SAFETY: q is a live block of at least 8 bytes.
+        unsafe { (q as *mut *mut u8).write(head) };
+        head = q;
+    }
+    // SAFETY: errno is the calling thread's.
+    unsafe { *libc::__errno_location() = 77 };
+    // SAFETY: p is a live block of this allocator, align 16.
+    let q = unsafe { hakmem_core::realloc(p, small, 16) };
+    let errno = hakmem_core::os_errno();
+    let code = if q.is_null() {
+        3
+    } else if q != p {
+        4
+    // SAFETY: q is a live block of at least small bytes.
+    } else if (0..small).any(|i| unsafe { *q.add(i) } != i as u8 ^ 0x5a) {
+        5
+    } else if errno != 77 {
+        6
+    } else {
+        // SAFETY: q is a live block of this allocator.
+        let usable = unsafe { hakmem_core::usable_size(q) };
+        // `secure`: a block in a page reports its requested size; a huge
+        // block ends against its guard page, and keeps its size.
+        let exact = cfg!(feature = "secure") && big < 32 << 10;
+        if usable < small || (exact && usable != small) {
+            7
+        } else {
+            0
+        }
+    };
+    // SAFETY: live blocks, each freed once (q is p's block, or null with p
+    // still live).
+    unsafe {
+        hakmem_core::free(if q.is_null() { p } else { q });
+        while !head.is_null() {
+            let next = (head as *mut *mut u8).read();
+            hakmem_core::free(head);
+            head = next;
+        }
+    }
+    code
+}

@@ -145,13 +145,50 @@ mod windows {
     }
 }
 
+/// The thread running `fork`'s handlers (its `pthread_self`, which the
+/// child's thread keeps), 0 when none is: set by hakmem's prepare handler
+/// once it holds every lock, cleared by its parent and child handlers
+/// before they release them. Other libraries' `fork` handlers registered
+/// before hakmem's run inside that window (prepare handlers run in the
+/// reverse order of registration, parent and child handlers in that
+/// order), and hakmem registers its own at the first heap, after many
+/// programs' constructors: a handler that allocates or frees reaches the
+/// locks its own thread holds, and takes them again ([`SpinLock`]) rather
+/// than wait for itself forever. The locks keep every other thread out, so
+/// the lists are that thread's alone, and consistent: it holds them from
+/// outside hakmem's code (no handler runs inside a critical section).
+static FORK_OWNER: plain::AtomicUsize = plain::AtomicUsize::new(0);
+
+/// Marks the calling thread as the one running `fork`'s handlers with
+/// hakmem's locks held (`on`), or no thread (`fork_parent`, `fork_child`).
+#[cfg(not(hakmem_loom))]
+pub(crate) fn set_fork_owner(on: bool) {
+    let owner = if on { crate::os::thread_id() } else { 0 };
+    // Relaxed: only the owner's own later loads compare it with their
+    // thread (another thread's id never equals it).
+    FORK_OWNER.store(owner, Ordering::Relaxed);
+}
+
+/// Whether the calling thread runs `fork`'s handlers with hakmem's locks
+/// held (see [`FORK_OWNER`]). Asked only when a lock is found taken.
+#[cold]
+#[inline(never)]
+pub(crate) fn holds_locks_for_fork() -> bool {
+    // Relaxed: as in `set_fork_owner`.
+    let owner = FORK_OWNER.load(Ordering::Relaxed);
+    owner != 0 && owner == crate::os::thread_id()
+}
+
 /// A minimal test-and-test-and-set lock for the cold global lists (segment
 /// cache, abandoned segments, heap pool). Held for a few instructions only,
 /// never across a system call, and taken by `fork`'s prepare handler so a
-/// child never inherits it locked.
+/// child never inherits it locked. The thread that holds every lock for a
+/// `fork` takes it again ([`FORK_OWNER`]): `reentered` counts those takes,
+/// which `unlock` undoes first.
 #[cfg(not(hakmem_loom))]
 pub(crate) struct SpinLock {
     locked: AtomicBool,
+    reentered: AtomicU32,
 }
 
 #[cfg(not(hakmem_loom))]
@@ -159,6 +196,7 @@ impl SpinLock {
     pub(crate) const fn new() -> Self {
         Self {
             locked: AtomicBool::new(false),
+            reentered: AtomicU32::new(0),
         }
     }
 
@@ -169,10 +207,25 @@ impl SpinLock {
             if !self.locked.swap(true, Ordering::Acquire) {
                 return;
             }
+            if self.reenter_for_fork() {
+                return;
+            }
             while self.locked.load(Ordering::Relaxed) {
                 spin_hint();
             }
         }
+    }
+
+    /// Takes the lock again when the calling thread holds it for a `fork`
+    /// (see [`FORK_OWNER`]); false otherwise.
+    #[cold]
+    fn reenter_for_fork(&self) -> bool {
+        if !holds_locks_for_fork() {
+            return false;
+        }
+        // Relaxed: only the owner touches the count while it holds the lock.
+        self.reentered.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Takes the lock if it is free; false otherwise.
@@ -186,6 +239,9 @@ impl SpinLock {
     pub(crate) fn lock_yielding(&self) {
         let mut spins = 0u32;
         while !self.try_lock() {
+            if self.reenter_for_fork() {
+                return;
+            }
             spins += 1;
             if spins < 64 {
                 spin_hint();
@@ -196,6 +252,11 @@ impl SpinLock {
     }
 
     pub(crate) fn unlock(&self) {
+        // Relaxed: only the holder touches the count (see `reenter_for_fork`).
+        if self.reentered.load(Ordering::Relaxed) != 0 {
+            self.reentered.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
         // Release: publishes this holder's writes to the next `lock`.
         self.locked.store(false, Ordering::Release);
     }

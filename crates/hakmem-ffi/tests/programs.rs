@@ -11,7 +11,9 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
-use support::{compile_c, have, require, run, run_both, scratch_dir, workspace_root, Link};
+use support::{
+    compile_c, have, require, run, run_both, run_preloading, scratch_dir, secure_libs, workspace_root, Link,
+};
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -154,6 +156,45 @@ fn fork_while_threads_allocate_under_preload() {
         "{}",
         outcome.stdout_text()
     );
+}
+
+/// The program's own `fork` handlers allocate and free, registered before
+/// hakmem's (fork_handlers.c): they run while hakmem's prepare handler
+/// holds its locks, which the forking thread takes again. Before, the
+/// first fork hung (the run was killed at the time limit).
+#[test]
+fn fork_handlers_that_allocate_under_preload() {
+    let exe = compile_c("fork_handlers.c", Link::Preload, &[]);
+    let outcome = run_both("fork_handlers", LIMIT, || Command::new(&exe));
+    assert!(
+        outcome
+            .stdout_text()
+            .ends_with("10 forks, 0 failed, 0 failures in the parent\n"),
+        "{}",
+        outcome.stdout_text()
+    );
+    let secure = run_preloading(Command::new(&exe), Some(&secure_libs().shared), LIMIT);
+    secure.assert_success("fork_handlers (LD_PRELOAD=libhakmem_secure.so)");
+    assert_eq!(
+        secure.stdout, outcome.stdout,
+        "fork_handlers: the hardened library's output"
+    );
+}
+
+#[test]
+fn fork_handlers_that_allocate_linked() {
+    for link in [Link::Archive, Link::FullyStatic] {
+        let exe = compile_c("fork_handlers.c", link, &[]);
+        let outcome = run(Command::new(&exe), false, LIMIT);
+        outcome.assert_success(&format!("fork_handlers ({link:?})"));
+        assert!(
+            outcome
+                .stdout_text()
+                .ends_with("10 forks, 0 failed, 0 failures in the parent\n"),
+            "{}",
+            outcome.stdout_text()
+        );
+    }
 }
 
 #[test]

@@ -82,11 +82,19 @@ static TABLES: Cell = Cell(UnsafeCell::new(Tables {
     live_count: 0,
 }));
 static LOCK: AtomicBool = AtomicBool::new(false);
+/// Takes of `LOCK` by the thread that holds it for a `fork` (as
+/// `SpinLock`'s: `sync::holds_locks_for_fork`), undone first by `unlock`.
+static REENTERED: AtomicUsize = AtomicUsize::new(0);
 static DROPPED: AtomicUsize = AtomicUsize::new(0);
 
 pub(super) fn lock() {
     // Acquire: the tables' last writer released them.
     while LOCK.swap(true, Ordering::Acquire) {
+        if crate::sync::holds_locks_for_fork() {
+            // Relaxed: only the holder touches the count.
+            REENTERED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         // Relaxed: only a hint of when to try the swap again.
         while LOCK.load(Ordering::Relaxed) {
             os::yield_now();
@@ -95,6 +103,11 @@ pub(super) fn lock() {
 }
 
 pub(super) fn unlock() {
+    // Relaxed: only the holder touches the count.
+    if REENTERED.load(Ordering::Relaxed) != 0 {
+        REENTERED.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
     // Release: publishes the tables to the next holder.
     LOCK.store(false, Ordering::Release);
 }

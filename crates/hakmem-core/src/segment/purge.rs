@@ -329,6 +329,18 @@ pub(crate) fn unlock_purges() {
     PURGE_LOCK.unlock();
 }
 
+/// `fork` child: the purge deadline made due. A thread of the parent that
+/// had claimed a pass (the deadline set to `u64::MAX`) and waited for the
+/// purge lock across the fork does not exist here, and would have left
+/// the child's deadline at `u64::MAX` for good: nothing inherited would be
+/// purged or aged until something else lowered it. The child's first due
+/// look runs a pass, which sets the real deadline.
+#[cfg(not(hakmem_loom))]
+pub(crate) fn fork_child_purge_due() {
+    // Relaxed: the child has one thread.
+    GLOBAL_PURGE_AT.store(0, Ordering::Relaxed);
+}
+
 /// Runs `purge` under the purge lock if no pass holds it; false (nothing
 /// run) otherwise — the caller leaves the work due for that pass or the
 /// next (never waits: a pass may be what called it).

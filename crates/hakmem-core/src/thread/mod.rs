@@ -264,10 +264,14 @@ extern "C" fn fork_prepare() {
     arena::lock_all();
     crate::policy::fork_lock();
     crate::profile::fork_lock();
+    // Last: the handlers of other libraries that run from here to our
+    // parent and child handlers may allocate (sync.rs, `FORK_OWNER`).
+    crate::sync::set_fork_owner(true);
 }
 
 #[cfg(not(hakmem_loom))]
 extern "C" fn fork_parent() {
+    crate::sync::set_fork_owner(false);
     crate::profile::fork_unlock();
     crate::policy::fork_unlock();
     arena::unlock_all();
@@ -280,6 +284,7 @@ extern "C" fn fork_parent() {
 
 #[cfg(not(hakmem_loom))]
 extern "C" fn fork_child() {
+    crate::sync::set_fork_owner(false);
     crate::profile::fork_unlock();
     crate::policy::fork_unlock();
     arena::unlock_all();
@@ -287,6 +292,7 @@ extern "C" fn fork_child() {
     heap::pool_unlock();
     // The child's thread has new kernel ids: its heap is listed anew.
     crate::thread::live::live_fork_child(heap());
+    crate::segment::purge::fork_child_purge_due();
     crate::segment::purge::unlock_purges();
     arch::fork_unlock();
     crate::thread::remote::fork_child_repair();

@@ -1,0 +1,91 @@
+/*
+ * fork() handlers of the program that allocate and free.
+ *
+ * A constructor registers the handlers before the program's first
+ * allocation, so before the allocator registers its own (hakmem does at
+ * its first heap): prepare handlers run in the reverse order of
+ * registration, parent and child handlers in that order, so these run
+ * while the allocator's prepare handler holds its locks. Each allocates
+ * and frees blocks of every kind (small, large, huge), and a block the
+ * prepare handler allocates is freed by the parent and by the child
+ * handler (each in its own copy). The child also allocates on a new
+ * thread. An allocator whose locks are not taken again by the forking
+ * thread deadlocks in the first fork: the test harness kills the run
+ * after a time limit.
+ *
+ * Output is deterministic; exits non-zero when a check failed.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { FORKS = 10 };
+
+static const size_t SIZES[] = {24, 700, 5000, 200 << 10, 3 << 20};
+static char *from_prepare;
+static int failures;
+
+static void churn(unsigned char tag) {
+    for (size_t i = 0; i < sizeof SIZES / sizeof SIZES[0]; i++) {
+        unsigned char *p = malloc(SIZES[i]);
+        if (p == NULL) {
+            failures++;
+            continue;
+        }
+        memset(p, tag, SIZES[i]);
+        p = realloc(p, SIZES[i] / 2 + 1);
+        if (p == NULL || p[SIZES[i] / 2] != tag) failures++;
+        free(p);
+    }
+}
+
+static void prepare(void) {
+    churn(1);
+    from_prepare = malloc(1000);
+    if (from_prepare == NULL) {
+        failures++;
+        return;
+    }
+    memset(from_prepare, 7, 1000);
+}
+
+static void after(void) {
+    churn(2);
+    if (from_prepare == NULL || from_prepare[999] != 7) failures++;
+    free(from_prepare);
+    from_prepare = NULL;
+}
+
+__attribute__((constructor)) static void register_handlers(void) {
+    if (pthread_atfork(prepare, after, after) != 0) abort();
+}
+
+static void *child_thread(void *arg) {
+    (void)arg;
+    churn(3);
+    return NULL;
+}
+
+int main(void) {
+    int failed = 0;
+    for (int i = 0; i < FORKS; i++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("fork");
+            return 2;
+        }
+        if (pid == 0) {
+            pthread_t t;
+            churn(4);
+            if (pthread_create(&t, NULL, child_thread, NULL) != 0 || pthread_join(t, NULL) != 0) failures++;
+            _exit(failures == 0 ? 0 : 1);
+        }
+        int status;
+        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
+    }
+    printf("%d forks, %d failed, %d failures in the parent\n", FORKS, failed, failures);
+    return failed == 0 && failures == 0 ? 0 : 1;
+}

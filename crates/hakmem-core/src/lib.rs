@@ -563,7 +563,9 @@ mod front {
             }
             return q;
         }
-        if new_size > used {
+        // (An `align` that is not a power of two failed for that: null and
+        // `EINVAL`, as `realloc_in` says.)
+        if new_size > used || !align.is_power_of_two() {
             return q;
         }
         #[cfg(feature = "secure")]
@@ -638,6 +640,7 @@ mod front {
         if !align.is_power_of_two() {
             return invalid_alignment();
         }
+        let errno = os::errno();
         // SAFETY: the caller's guarantee for heap.
         let q = unsafe { alloc_in(heap, new_size, align) };
         if !q.is_null() {
@@ -647,6 +650,12 @@ mod front {
                 ptr::copy_nonoverlapping(p, q, old.min(new_size));
                 crate::small::free::free_in(heap, p);
             }
+            return q;
+        }
+        // A shrink never fails (`realloc_by_copy`): p stays, whole.
+        if new_size <= old {
+            os::set_errno(errno);
+            return p;
         }
         q
     }

@@ -331,13 +331,21 @@ fn end_epoch(now: u64) {
 }
 
 /// Takes `BUSY`, waiting out a decision in progress (a few microseconds).
-fn lock_busy() {
+/// Takes `BUSY`. True when the calling thread already holds it for a
+/// `fork` (another library's `fork` handler asking for the statistics
+/// while hakmem's hold every lock: sync.rs, `FORK_OWNER`): then the state
+/// is the caller's to read, and nothing is to be released.
+fn lock_busy() -> bool {
     while BUSY
         .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
+        if crate::sync::holds_locks_for_fork() {
+            return true;
+        }
         core::hint::spin_loop();
     }
+    false
 }
 
 /// `fork` prepare: hold `BUSY` across the fork. A decision in progress on
@@ -345,7 +353,9 @@ fn lock_busy() {
 /// good: the policy would never decide again, and `report` (the statistics)
 /// would wait forever.
 pub(crate) fn fork_lock() {
-    lock_busy();
+    // Before the fork's owner is marked: a take, never a re-entry.
+    let reentered = lock_busy();
+    debug_assert!(!reentered);
 }
 
 /// `fork` parent/child: release what `fork_lock` took.
@@ -378,7 +388,7 @@ pub struct PolicyReport {
 /// The policy's state now. Waits out a decision in progress (a few
 /// microseconds at most).
 pub fn report() -> PolicyReport {
-    lock_busy();
+    let reentered = lock_busy();
     // SAFETY: BUSY is held.
     let shared = unsafe { &*SHARED.0.get() };
     let n = shared.logged.min(LOG_LEN);
@@ -395,7 +405,9 @@ pub fn report() -> PolicyReport {
         frozen: shared.learner.frozen(),
         log,
     };
-    BUSY.store(0, Ordering::Release);
+    if !reentered {
+        BUSY.store(0, Ordering::Release);
+    }
     r
 }
 

@@ -277,6 +277,14 @@ fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
     if !force && now < due {
         return;
     }
+    // None from another library's `fork` handler run while hakmem's hold
+    // every lock (sync.rs, `FORK_OWNER`): in the child, before hakmem's
+    // child handler has listed its one thread anew, a pass would take the
+    // parent's threads, gone there, for exited ones and abandon heaps that
+    // may have been in use at the fork. The work waits for the next pass.
+    if crate::sync::holds_locks_for_fork() {
+        return;
+    }
     // Claim the pass (a concurrent caller sees MAX and leaves). Acquire:
     // pairs with `note_abandoned_free`'s Release RMW.
     if !force

@@ -8,13 +8,15 @@
  * while the allocator's prepare handler holds its locks. Each allocates
  * and frees blocks of every kind (small, large, huge), and a block the
  * prepare handler allocates is freed by the parent and by the child
- * handler (each in its own copy). The child also allocates on a new
- * thread. An allocator whose locks are not taken again by the forking
+ * handler (each in its own copy). In the first fork the handlers also
+ * ask for the statistics (`malloc_stats`, to stderr) and give memory back
+ * (`malloc_trim`). The child also allocates on a new thread. An allocator whose locks are not taken again by the forking
  * thread deadlocks in the first fork: the test harness kills the run
  * after a time limit.
  *
  * Output is deterministic; exits non-zero when a check failed.
  */
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,7 @@ enum { FORKS = 10 };
 static const size_t SIZES[] = {24, 700, 5000, 200 << 10, 3 << 20};
 static char *from_prepare;
 static int failures;
+static int forks_done;
 
 static void churn(unsigned char tag) {
     for (size_t i = 0; i < sizeof SIZES / sizeof SIZES[0]; i++) {
@@ -43,6 +46,10 @@ static void churn(unsigned char tag) {
 }
 
 static void prepare(void) {
+    if (forks_done == 0) {
+        malloc_stats();
+        malloc_trim(0);
+    }
     churn(1);
     from_prepare = malloc(1000);
     if (from_prepare == NULL) {
@@ -53,6 +60,10 @@ static void prepare(void) {
 }
 
 static void after(void) {
+    if (forks_done == 0) {
+        malloc_stats();
+        malloc_trim(0);
+    }
     churn(2);
     if (from_prepare == NULL || from_prepare[999] != 7) failures++;
     free(from_prepare);
@@ -71,6 +82,9 @@ static void *child_thread(void *arg) {
 
 int main(void) {
     int failed = 0;
+    /* The allocator's first heap (and its fork handlers), after ours. */
+    void *volatile first = malloc(1);
+    free(first);
     for (int i = 0; i < FORKS; i++) {
         pid_t pid = fork();
         if (pid < 0) {
@@ -83,6 +97,7 @@ int main(void) {
             if (pthread_create(&t, NULL, child_thread, NULL) != 0 || pthread_join(t, NULL) != 0) failures++;
             _exit(failures == 0 ? 0 : 1);
         }
+        forks_done++;
         int status;
         if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
     }

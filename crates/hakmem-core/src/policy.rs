@@ -331,10 +331,10 @@ fn end_epoch(now: u64) {
 }
 
 /// Takes `BUSY`, waiting out a decision in progress (a few microseconds).
-/// Takes `BUSY`. True when the calling thread already holds it for a
-/// `fork` (another library's `fork` handler asking for the statistics
-/// while hakmem's hold every lock: sync.rs, `FORK_OWNER`): then the state
-/// is the caller's to read, and nothing is to be released.
+/// True when the calling thread already holds it for a `fork` (another
+/// library's `fork` handler asking for the statistics, or forking, while
+/// hakmem's hold every lock: sync.rs, `FORK_OWNER`): then the state is the
+/// caller's to read, and nothing is to be released.
 fn lock_busy() -> bool {
     while BUSY
         .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
@@ -353,16 +353,28 @@ fn lock_busy() -> bool {
 /// good: the policy would never decide again, and `report` (the statistics)
 /// would wait forever.
 pub(crate) fn fork_lock() {
-    // Before the fork's owner is marked: a take, never a re-entry.
-    let reentered = lock_busy();
-    debug_assert!(!reentered);
+    if lock_busy() {
+        // A fork from another library's handler inside the window: the
+        // outer fork's release comes last.
+        // Relaxed: only the fork's owner touches the count.
+        FORK_NESTED.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// `fork` parent/child: release what `fork_lock` took.
 pub(crate) fn fork_unlock() {
+    // Relaxed: as in `fork_lock`.
+    if FORK_NESTED.load(Ordering::Relaxed) != 0 {
+        FORK_NESTED.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
     // Release: publishes the holder's writes, as in `end_epoch`.
     BUSY.store(0, Ordering::Release);
 }
+
+/// Forks nested inside a fork's window whose `fork_lock` found `BUSY`
+/// held by the same fork (see `fork_lock`).
+static FORK_NESTED: crate::sync::plain::AtomicUsize = crate::sync::plain::AtomicUsize::new(0);
 
 /// What the policy is doing, for the statistics report.
 #[derive(Clone, Copy, Debug)]

@@ -159,18 +159,35 @@ mod windows {
 /// outside hakmem's code (no handler runs inside a critical section).
 static FORK_OWNER: plain::AtomicUsize = plain::AtomicUsize::new(0);
 
+/// Forks made inside the window by its owner (another library's handler
+/// that forks): their prepare handler took every lock again, and their
+/// parent and child handlers must leave the owner marked.
+static FORK_DEPTH: plain::AtomicUsize = plain::AtomicUsize::new(0);
+
 /// Marks the calling thread as the one running `fork`'s handlers with
-/// hakmem's locks held (`on`), or no thread (`fork_parent`, `fork_child`).
+/// hakmem's locks held (`on`: `fork_prepare`), or no thread (`fork_parent`,
+/// `fork_child`), counting forks nested inside the window.
 #[cfg(not(hakmem_loom))]
 pub(crate) fn set_fork_owner(on: bool) {
-    let owner = if on { crate::os::thread_id() } else { 0 };
-    // Relaxed: only the owner's own later loads compare it with their
-    // thread (another thread's id never equals it).
-    FORK_OWNER.store(owner, Ordering::Relaxed);
+    // Relaxed throughout: only the owner's own later loads compare the
+    // mark with their thread (another thread's id never equals it), and
+    // only the owner touches the depth.
+    if on {
+        if holds_locks_for_fork() {
+            FORK_DEPTH.fetch_add(1, Ordering::Relaxed);
+        } else {
+            FORK_OWNER.store(crate::os::thread_id(), Ordering::Relaxed);
+        }
+    } else if FORK_DEPTH.load(Ordering::Relaxed) != 0 {
+        FORK_DEPTH.fetch_sub(1, Ordering::Relaxed);
+    } else {
+        FORK_OWNER.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Whether the calling thread runs `fork`'s handlers with hakmem's locks
-/// held (see [`FORK_OWNER`]). Asked only when a lock is found taken.
+/// held (see [`FORK_OWNER`]). Asked when a lock is found taken, and by a
+/// global purge pass.
 #[cold]
 #[inline(never)]
 pub(crate) fn holds_locks_for_fork() -> bool {

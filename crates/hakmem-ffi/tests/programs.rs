@@ -181,6 +181,10 @@ fn fork_handlers_that_allocate_under_preload() {
     );
 }
 
+/// Linked with the archive the handlers run inside hakmem's window as
+/// under preload (the first fork hung before); fully static, glibc's
+/// start-up allocates before any constructor, so hakmem's handlers are
+/// registered first and these run outside it.
 #[test]
 fn fork_handlers_that_allocate_linked() {
     for link in [Link::Archive, Link::FullyStatic] {

@@ -10,9 +10,12 @@
  * prepare handler allocates is freed by the parent and by the child
  * handler (each in its own copy). In the first fork the handlers also
  * ask for the statistics (`malloc_stats`, to stderr) and give memory back
- * (`malloc_trim`). The child also allocates on a new thread. An allocator whose locks are not taken again by the forking
- * thread deadlocks in the first fork: the test harness kills the run
- * after a time limit.
+ * (`malloc_trim`); in the second, the prepare handler forks too. The
+ * child also allocates on a new thread. An allocator whose locks are not
+ * taken again by the forking thread deadlocks in the first fork: the test
+ * harness kills the run after a time limit. (Fully static, glibc's
+ * start-up allocates before any constructor: the allocator registers
+ * first, and these handlers run outside its window.)
  *
  * Output is deterministic; exits non-zero when a check failed.
  */
@@ -45,7 +48,24 @@ static void churn(unsigned char tag) {
     }
 }
 
+/* A fork from inside the second fork's prepare handler (glibc runs the
+ * handlers again for it): its child allocates and exits; the outer fork's
+ * window must stay open for the handlers that follow. */
+static int nested_done;
+
+static void nested_fork(void) {
+    nested_done = 1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        churn(5);
+        _exit(failures == 0 ? 0 : 1);
+    }
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) failures++;
+}
+
 static void prepare(void) {
+    if (forks_done == 1 && !nested_done) nested_fork();
     if (forks_done == 0) {
         malloc_stats();
         malloc_trim(0);

@@ -186,8 +186,8 @@ pub(crate) fn set_fork_owner(on: bool) {
 }
 
 /// Whether the calling thread runs `fork`'s handlers with hakmem's locks
-/// held (see [`FORK_OWNER`]). Asked when a lock is found taken, and by a
-/// global purge pass.
+/// held (see [`FORK_OWNER`]). Asked when a lock is found taken, by a
+/// global purge pass, and by `fork_prepare` (a nested fork).
 #[cold]
 #[inline(never)]
 pub(crate) fn holds_locks_for_fork() -> bool {

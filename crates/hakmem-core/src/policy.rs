@@ -363,7 +363,9 @@ pub(crate) fn fork_lock() {
 
 /// `fork` parent/child: release what `fork_lock` took.
 pub(crate) fn fork_unlock() {
-    // Relaxed: as in `fork_lock`.
+    // Relaxed: written only by the fork's owner while it holds `BUSY`, 0
+    // again before its Release store below, which the next taker's
+    // Acquire compare-exchange pairs with.
     if FORK_NESTED.load(Ordering::Relaxed) != 0 {
         FORK_NESTED.fetch_sub(1, Ordering::Relaxed);
         return;

@@ -269,7 +269,12 @@ impl SpinLock {
     }
 
     pub(crate) fn unlock(&self) {
-        // Relaxed: only the holder touches the count (see `reenter_for_fork`).
+        // Relaxed: the count is written only by the fork's owner while it
+        // holds the lock, and is back to 0 before that thread's own last
+        // `unlock`, whose Release store of `locked` publishes it; any other
+        // holder took the lock with the Acquire swap that pairs with that
+        // store, so it reads 0 here (Rust memory model: release/acquire
+        // on `locked`, not x86's ordering).
         if self.reentered.load(Ordering::Relaxed) != 0 {
             self.reentered.fetch_sub(1, Ordering::Relaxed);
             return;

@@ -167,12 +167,14 @@ fn shrink_when_exhausted(big: usize, small: usize) -> i32 {
     // SAFETY: p is a live block of this allocator, align 16.
     let q = unsafe { hakmem_core::realloc(p, small, 16) };
     let errno = hakmem_core::os_errno();
+    let kept = q == p
+        // SAFETY: q is p, a live block of at least small bytes.
+        && (0..small).all(|i| unsafe { *q.add(i) } == i as u8 ^ 0x5a);
     let code = if q.is_null() {
         3
     } else if q != p {
         4
-    // SAFETY: q is a live block of at least small bytes.
-    } else if (0..small).any(|i| unsafe { *q.add(i) } != i as u8 ^ 0x5a) {
+    } else if !kept {
         5
     } else if errno != 77 {
         6

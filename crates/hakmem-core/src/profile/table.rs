@@ -103,7 +103,9 @@ pub(super) fn lock() {
 }
 
 pub(super) fn unlock() {
-    // Relaxed: only the holder touches the count.
+    // Relaxed: as `SpinLock::unlock`'s count (sync.rs): written only by the
+    // fork's owner while it holds `LOCK`, 0 again before its Release store
+    // below, which the next holder's Acquire swap pairs with.
     if REENTERED.load(Ordering::Relaxed) != 0 {
         REENTERED.fetch_sub(1, Ordering::Relaxed);
         return;

@@ -201,6 +201,41 @@ fn fork_handlers_that_allocate_linked() {
     }
 }
 
+/// The program's first allocation made by glibc inside `atexit` or
+/// `pthread_atfork`, holding their lock (first_allocation_in_atexit.c).
+/// hakmem registered its own handlers at its first allocation, so it
+/// waited there for that lock, for good (killed at the time limit): the
+/// fork handlers always, the exit handlers in the hardened library and
+/// with `HAKMEM_STATS=1`. It now registers them as it is loaded.
+#[test]
+fn first_allocation_inside_atexit_and_pthread_atfork() {
+    const SHORT: Duration = Duration::from_secs(20);
+    let expected = |mode: &str| match mode {
+        "atexit" => "allocated\n39 exit handlers ran\n",
+        _ => "allocated\n60 prepare, 60 parent handlers ran; the child's 60\n",
+    };
+    let command = |exe: &PathBuf, mode: &str| {
+        let mut command = Command::new(exe);
+        command.arg(mode).env("HAKMEM_STATS", "1");
+        command
+    };
+    let preloaded = compile_c("first_allocation_in_atexit.c", Link::Preload, &[]);
+    for mode in ["atexit", "atfork"] {
+        for library in [None, Some(&support::libs().shared), Some(&secure_libs().shared)] {
+            let what = format!("first_allocation_in_atexit {mode} (LD_PRELOAD={library:?})");
+            let outcome = run_preloading(command(&preloaded, mode), library.map(|l| l.as_path()), SHORT);
+            outcome.assert_success(&what);
+            assert_eq!(outcome.stdout_text(), expected(mode), "{what}");
+        }
+        for link in [Link::Archive, Link::FullyStatic] {
+            let exe = compile_c("first_allocation_in_atexit.c", link, &[]);
+            let outcome = run(command(&exe, mode), false, SHORT);
+            outcome.assert_success(&format!("first_allocation_in_atexit {mode} ({link:?})"));
+            assert_eq!(outcome.stdout_text(), expected(mode), "{mode} ({link:?})");
+        }
+    }
+}
+
 #[test]
 fn fork_while_threads_allocate_linked() {
     for link in [Link::Archive, Link::FullyStatic] {

@@ -199,6 +199,28 @@ fn keep_loaded_once() {
     os::keep_loaded(thread_exit as *const c_void);
 }
 
+/// `process_init` as the object holding hakmem is loaded (an ELF
+/// constructor), rather than at the first allocation: `process_init`
+/// calls `pthread_atfork` and `atexit`, and the first allocation may come
+/// from inside those very functions, which take a lock and then allocate
+/// to grow their lists (glibc: at the 33rd exit handler, the 49th set of
+/// fork handlers). Set up from there it waited for the lock its own
+/// thread held, for good. The constructor runs before the program's
+/// (priority 101, the first a program may use: linked with the archive,
+/// the program's own constructors come after it; preloaded, a library's
+/// constructor runs before those of the program). An allocation made
+/// earlier still (another library's constructor that runs first) sets up
+/// inline as before; the constructor then finds it done.
+#[cfg(all(target_os = "linux", not(hakmem_loom)))]
+#[used]
+#[link_section = ".init_array.00101"]
+static PROCESS_INIT_AT_LOAD: extern "C" fn() = process_init_at_load;
+
+#[cfg(all(target_os = "linux", not(hakmem_loom)))]
+extern "C" fn process_init_at_load() {
+    process_init();
+}
+
 #[cfg(not(hakmem_loom))]
 fn process_init() {
     // Acquire: pairs with the Release store of INIT_DONE below, so the

@@ -1,9 +1,10 @@
 /*
  * fork() handlers of the program that allocate and free.
  *
- * A constructor registers the handlers before the program's first
- * allocation, so before the allocator registers its own (hakmem does at
- * its first heap): prepare handlers run in the reverse order of
+ * The handlers are registered from the executable's `.preinit_array`,
+ * which runs before any constructor, so before the allocator registers
+ * its own (hakmem does in a constructor, or at its first allocation if
+ * that comes first): prepare handlers run in the reverse order of
  * registration, parent and child handlers in that order, so these run
  * while the allocator's prepare handler holds its locks. Each allocates
  * and frees blocks of every kind (small, large, huge), and a block the
@@ -14,8 +15,8 @@
  * child also allocates on a new thread. An allocator whose locks are not
  * taken again by the forking thread deadlocks in the first fork: the test
  * harness kills the run after a time limit. (Fully static, glibc's
- * start-up allocates before any constructor: the allocator registers
- * first, and these handlers run outside its window.)
+ * start-up allocates before the `.preinit_array` runs: the allocator
+ * registers first, and these handlers run outside its window.)
  *
  * Output is deterministic; exits non-zero when a check failed.
  */
@@ -90,9 +91,13 @@ static void after(void) {
     from_prepare = NULL;
 }
 
-__attribute__((constructor)) static void register_handlers(void) {
+static void register_handlers(void) {
     if (pthread_atfork(prepare, after, after) != 0) abort();
 }
+
+/* Before every constructor, the allocator's included (it registers its
+ * handlers in one). */
+__attribute__((section(".preinit_array"), used)) static void (*const register_first)(void) = register_handlers;
 
 static void *child_thread(void *arg) {
     (void)arg;

@@ -366,6 +366,47 @@ fn shared_library_links_the_c_library() {
     }
 }
 
+/// The tests build the C libraries as their package alone with
+/// `support::WORKSPACE_FEATURES` (`support::build_libs`), standing in for
+/// a build of the whole workspace (the README's `cargo build --release`),
+/// which unifies features across its packages. The two must enable the
+/// same features on every package the library is built from; when another
+/// package of the workspace turns on one more, this fails and names it.
+#[test]
+fn workspace_features_are_the_tested_ones() {
+    // `cargo tree` lines: "name version [(path)] feature,feature [(*)]".
+    let tree = |args: &[&str]| -> BTreeSet<String> {
+        let output = Command::new(env!("CARGO"))
+            .args(["tree", "--quiet", "-e", "normal", "--prefix", "none"])
+            .args(["-f", "{p} {f}", "--manifest-path"])
+            .arg(support::workspace_root().join("Cargo.toml"))
+            .args(args)
+            .output()
+            .expect("run cargo tree");
+        assert!(
+            output.status.success(),
+            "cargo tree {args:?}:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|l| l.trim_end_matches(" (*)").trim_end().to_string())
+            .collect()
+    };
+    let workspace = tree(&["--workspace"]);
+    for package in ["hakmem-ffi", "hakmem-ffi-secure"] {
+        let tested = tree(&["-p", package, "--features", support::WORKSPACE_FEATURES]);
+        let name = |line: &String| line.split(' ').next().unwrap_or_default().to_string();
+        let names: BTreeSet<String> = tested.iter().map(name).collect();
+        let built: BTreeSet<String> = workspace.iter().filter(|l| names.contains(&name(l))).cloned().collect();
+        assert!(!tested.is_empty(), "cargo tree listed nothing for {package}");
+        assert_eq!(
+            tested, built,
+            "{package}: the features the tests build with (left) are not a workspace build's (right)"
+        );
+    }
+}
+
 /// Issue 22, hole 3: libhakmem.so opened with `dlopen`, used by threads,
 /// closed with `dlclose` while they live; their exit runs hakmem's
 /// thread-exit hook, which must still be mapped (the library is linked

@@ -48,6 +48,13 @@ pub fn secure_libs() -> &'static Libs {
     })
 }
 
+/// The features of the C libraries' dependencies that a build of the whole
+/// workspace turns on and a build of the library's package alone does not,
+/// as `cargo build --features` takes them: libc's defaults (`std`: other
+/// packages' dependencies take libc with them), and hakmem-core's (none:
+/// a workspace member is built with its defaults).
+pub const WORKSPACE_FEATURES: &str = "libc/default,hakmem-core/default";
+
 /// Builds the package in `package_dir` with the running test's profile and
 /// target directory and returns its `lib<stem>.so` and `lib<stem>.a`.
 fn build_libs(package_dir: &Path, stem: &str) -> Libs {
@@ -65,16 +72,19 @@ fn build_libs(package_dir: &Path, stem: &str) -> Libs {
     };
     let cargo = env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
     let manifest = package_dir.join("Cargo.toml");
-    // With hakmem-bench in the same build, as `cargo build --release` of
-    // the workspace (the README's command) and scripts/bench build it:
-    // features of shared dependencies are unified across the packages of
-    // one build, so this is the library users get, not one only a build of
-    // hakmem-ffi alone gives (that difference once left `atexit`
-    // unresolved in the workspace's libhakmem.so).
+    // With the features a build of the whole workspace unifies on the
+    // library's dependencies (`cargo build --release`, the README's
+    // command, and scripts/bench): this is the library users get, not one
+    // only a build of the package alone gives (that difference once left
+    // `atexit` unresolved in the workspace's libhakmem.so). They are
+    // named rather than had by building hakmem-bench alongside, which
+    // cost a fresh run minutes (jemalloc and mimalloc from their C
+    // sources, with fat LTO); `workspace_features_are_the_tested_ones`
+    // (c_api.rs) fails when the workspace's set moves.
     let output = Command::new(cargo)
         .args(["build", "--quiet", "--lib", "--profile", profile, "--manifest-path"])
         .arg(&manifest)
-        .args(["-p", &package_name(package_dir), "-p", "hakmem-bench"])
+        .args(["-p", &package_name(package_dir), "--features", WORKSPACE_FEATURES])
         .arg("--target-dir")
         .arg(target_dir)
         .output()

@@ -45,6 +45,15 @@ pub(crate) fn page_size() -> usize {
 }
 
 /// Maps `size` bytes of fresh, zeroed, read-write memory anywhere, or null.
+///
+/// Without `MAP_NORESERVE`: under the kernel's default overcommit
+/// heuristic (`vm.overcommit_memory=0`) that flag skips its one check, so
+/// a request larger than memory and swap together (a size read from
+/// corrupt input, a program that tries a big buffer and halves it on
+/// failure) was handed out, where glibc returns null and `ENOMEM`, and
+/// the program was killed when it touched it. Without the flag such a
+/// mapping is refused as glibc's is. (Under strict accounting the kernel
+/// ignores the flag; with overcommit always allowed nothing is refused.)
 pub(crate) fn map(size: usize) -> *mut u8 {
     // SAFETY: an anonymous private mapping at an address of the kernel's
     // choosing touches no existing memory.
@@ -53,7 +62,7 @@ pub(crate) fn map(size: usize) -> *mut u8 {
             ptr::null_mut(),
             size,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
             0,
         )
@@ -73,7 +82,8 @@ const MAP_FIXED_NOREPLACE: libc::c_int = 0x10_0000;
 /// Maps `size` bytes of fresh, zeroed, read-write memory at `addr` if that
 /// range is free, never over an existing mapping. Returns where the memory
 /// was mapped — `addr`, or elsewhere on a kernel that takes the flag for a
-/// hint (the caller unmaps it) — or null.
+/// hint (the caller unmaps it) — or null. Without `MAP_NORESERVE`, as
+/// `map`.
 pub(crate) fn map_at(addr: usize, size: usize) -> *mut u8 {
     // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; a
     // kernel that ignores it places the mapping elsewhere (see above).
@@ -82,7 +92,7 @@ pub(crate) fn map_at(addr: usize, size: usize) -> *mut u8 {
             addr as *mut c_void,
             size,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | MAP_FIXED_NOREPLACE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
             -1,
             0,
         )

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 
 #include "hakmem.h"
 
@@ -739,6 +740,41 @@ static void test_local_heaps(void) {
     HK(hakmem_heap_destroy)(NULL);
 }
 
+/* Under the kernel's default overcommit heuristic a request for more than
+ * memory and swap together is refused: NULL and ENOMEM, as from glibc
+ * (hakmem once mapped with MAP_NORESERVE, which skips that check, and
+ * handed such blocks out). Other settings refuse nothing of this size
+ * (always overcommit) or refuse by another rule (strict accounting). */
+static void test_overcommit(void) {
+    FILE *f = fopen("/proc/sys/vm/overcommit_memory", "r");
+    int mode = -1;
+    if (f != NULL) {
+        if (fscanf(f, "%d", &mode) != 1) mode = -1;
+        fclose(f);
+    }
+    struct sysinfo info;
+    if (mode != 0 || sysinfo(&info) != 0) {
+        printf("edge_cases: overcommit checks skipped (vm.overcommit_memory %d)\n", mode);
+        return;
+    }
+    size_t total = ((size_t)info.totalram + (size_t)info.totalswap) * info.mem_unit;
+    size_t n = 2 * total + ((size_t)1 << 30);
+    CHECK_FAILS(malloc(n), ENOMEM);
+    CHECK_FAILS(calloc(1, n), ENOMEM);
+    CHECK_FAILS(aligned_alloc(4096, n), ENOMEM);
+    CHECK_FAILS(memalign((size_t)64 << 20, n), ENOMEM);
+    void *out = &out;
+    CHECK(posix_memalign(&out, 4096, n) == ENOMEM && out == &out);
+    char *p = malloc(1000);
+    CHECK(p != NULL);
+    if (p != NULL) {
+        fill(p, 1000, 9);
+        CHECK_FAILS(realloc(p, n), ENOMEM);
+        CHECK(holds(p, 1000, 9));
+        free(p);
+    }
+}
+
 int main(void) {
     test_loaded();
     test_malloc();
@@ -754,6 +790,7 @@ int main(void) {
     test_sized_free();
     test_mallinfo();
     test_local_heaps();
+    test_overcommit();
     printf("edge_cases: %d checks, %d failures\n", checks, failures);
     return failures == 0 ? 0 : 1;
 }

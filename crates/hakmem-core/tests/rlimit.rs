@@ -202,3 +202,58 @@ fn shrink_when_exhausted(big: usize, small: usize) -> i32 {
     }
     code
 }
+
+/// What hakmem keeps mapped of freed memory for reuse — cached segments,
+/// cached huge mappings, the huge arena's emptied regions — goes back to
+/// the OS when it refuses a mapping, and the allocation is tried once
+/// more: a program that freed its blocks gets a big one that fits its
+/// address space, as with glibc (which unmaps such blocks at `free`).
+/// Before, the big block failed in both cases: 20 freed 3 MiB blocks kept
+/// two arena regions (192 MiB), 64 freed 1 MiB blocks 32 cached segments.
+/// (`secure`: a 1 MiB block is a huge one there, and the quarantine gives
+/// its mappings back only when they hold the request, so that a request
+/// no release could serve does not cut it short; the first case fits
+/// beside its quarantine.)
+#[test]
+fn freed_memory_makes_room_when_the_os_refuses_a_mapping() {
+    let cases: &[(usize, usize, usize)] = if cfg!(feature = "secure") {
+        &[(3 << 20, 20, 400 << 20)]
+    } else {
+        &[(3 << 20, 20, 400 << 20), (1 << 20, 64, 440 << 20)]
+    };
+    for &(size, count, big) in cases {
+        let code = in_limited_child(500 << 20, || make_room(size, count, big));
+        assert_eq!(
+            code, 0,
+            "{count} x {size} then {big}: 2 = a small block failed, 3 = the big one failed"
+        );
+    }
+}
+
+/// In the child: `count` blocks of `size` bytes allocated and freed, then
+/// one of `big` bytes, its first and last bytes written. Returns the exit
+/// code.
+fn make_room(size: usize, count: usize, big: usize) -> i32 {
+    let mut blocks = [std::ptr::null_mut::<u8>(); 64];
+    for slot in blocks.iter_mut().take(count) {
+        *slot = hakmem_core::malloc(size);
+        if slot.is_null() {
+            return 2;
+        }
+    }
+    for &p in blocks.iter().take(count) {
+        // SAFETY: live blocks, freed once.
+        unsafe { hakmem_core::free(p) };
+    }
+    let p = hakmem_core::malloc(big);
+    if p.is_null() {
+        return 3;
+    }
+    // SAFETY: p is a live block of `big` bytes, freed once.
+    unsafe {
+        p.write(1);
+        p.add(big - 1).write(2);
+        hakmem_core::free(p);
+    }
+    0
+}

@@ -479,6 +479,22 @@ pub(crate) fn purge_due(now: u64, force: bool) -> u64 {
     next
 }
 
+/// Purges every region and unmaps those left without a live block (the
+/// OS refused a mapping: `segment::purge::unmap_cached`, under the purge
+/// lock). Returns whether any was unmapped.
+pub(crate) fn unmap_empty() -> bool {
+    let mapped = || {
+        ARENA.lock.lock();
+        // SAFETY: the lock is held.
+        let n = unsafe { *ARENA.mapped.get() };
+        ARENA.lock.unlock();
+        n
+    };
+    let before = mapped();
+    purge_due(0, true);
+    mapped() < before
+}
+
 /// Resizes arena block `segment` in place to `new_total` bytes (a
 /// multiple of `UNIT`): shrinking gives the tail units back, growing takes
 /// the free units after it. False when they are not free.

@@ -138,6 +138,35 @@ pub(super) fn huge_cache_put(segment: *mut Segment) -> *mut Segment {
     victim
 }
 
+/// Unmaps every cached huge mapping and the huge arena's regions left
+/// without a block (`segment::purge::unmap_cached`, under the purge lock:
+/// the OS refused a mapping). `secure`: nothing (the cache is the
+/// quarantine, released by its own rule). Returns whether anything was
+/// unmapped.
+pub(crate) fn unmap_cached() -> bool {
+    #[cfg(feature = "secure")]
+    return false;
+    #[cfg(not(feature = "secure"))]
+    {
+        let mut taken = [ptr::null_mut::<Segment>(); HUGE_CACHE_SLOTS];
+        HUGE_CACHE.lock.lock();
+        // SAFETY: the lock is held; the slots are swapped out whole.
+        unsafe {
+            core::ptr::swap(HUGE_CACHE.slots.get(), &mut taken);
+            *HUGE_CACHE.bytes.get() = 0;
+        }
+        HUGE_CACHE.lock.unlock();
+        let mut any = false;
+        for &s in taken.iter().filter(|s| !s.is_null()) {
+            // SAFETY: taken off the cache: an unused huge segment no list
+            // refers to.
+            unsafe { huge_unmap(s) };
+            any = true;
+        }
+        any | crate::huge::arena::unmap_empty()
+    }
+}
+
 /// Purges the huge mappings in the cache that are due (all when `force`);
 /// returns the earliest remaining deadline (`u64::MAX` when none).
 pub(crate) fn purge_huge_cache(now: u64, force: bool) -> u64 {

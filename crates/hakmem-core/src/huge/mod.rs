@@ -57,10 +57,10 @@ mod quarantine;
 #[cfg(not(feature = "secure"))]
 mod realloc;
 
-pub(crate) use cache::purge_huge_cache;
 use cache::{cache_freed, HUGE_CACHE};
 #[cfg(not(feature = "secure"))]
 use cache::{huge_cache_take, huge_mapping_size, SHRINK_FACTOR};
+pub(crate) use cache::{purge_huge_cache, unmap_cached};
 pub(crate) use local::{attach_to_local, detach_all};
 use local::{detach_from_local, LOCAL_HUGE};
 #[cfg(feature = "secure")]
@@ -188,11 +188,19 @@ fn common_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     }
     // The header must be 2 MiB-aligned; for alignments above 2 MiB the block
     // (at header + 2 MiB) carries the alignment.
-    let segment = if align > SEGMENT_SIZE {
-        os::map_aligned(total, align, SEGMENT_SIZE)
-    } else {
-        os::map_aligned(total, SEGMENT_SIZE, 0)
+    let map = || {
+        if align > SEGMENT_SIZE {
+            os::map_aligned(total, align, SEGMENT_SIZE)
+        } else {
+            os::map_aligned(total, SEGMENT_SIZE, 0)
+        }
     } as *mut Segment;
+    let mut segment = map();
+    if segment.is_null() && crate::segment::purge::unmap_cached() {
+        // The OS refused: once more, with what hakmem kept mapped of freed
+        // memory given back (the cache, the arena's empty regions).
+        segment = map();
+    }
     if segment.is_null() {
         return (ptr::null_mut(), false);
     }

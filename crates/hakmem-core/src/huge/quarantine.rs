@@ -83,9 +83,10 @@ pub(super) fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
         p as *mut Segment
     };
     let mut segment = map();
-    if segment.is_null() && quarantine_release(total) {
+    // Non-short-circuit `|`: both give back what they hold.
+    if segment.is_null() && (quarantine_release(total) | crate::segment::purge::unmap_cached()) {
         // Out of address space (or memory): what waits in quarantine goes
-        // first, as a cache would.
+        // first, as a cache would, and the cached segments.
         segment = map();
     }
     if segment.is_null() {

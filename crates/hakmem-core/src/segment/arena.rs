@@ -64,7 +64,13 @@ pub(crate) fn segment_alloc() -> *mut Segment {
         unsafe { (*cached).init_normal(false) };
         return cached;
     }
-    let p = os::map_aligned(SEGMENT_SIZE, SEGMENT_SIZE, 0) as *mut Segment;
+    let map = || os::map_aligned(SEGMENT_SIZE, SEGMENT_SIZE, 0) as *mut Segment;
+    let mut p = map();
+    if p.is_null() && crate::segment::purge::unmap_cached() {
+        // The OS refused: once more, with what hakmem kept mapped of freed
+        // memory given back.
+        p = map();
+    }
     if p.is_null() {
         return p;
     }

@@ -361,6 +361,42 @@ pub(crate) fn try_purge_now(purge: impl FnOnce()) -> bool {
     true
 }
 
+/// The OS refused a mapping (address space, `RLIMIT_AS`, strict
+/// overcommit): gives it back what hakmem keeps mapped without a live
+/// block, so that the caller can try once more — the retired heaps
+/// abandoned and the abandoned segments tidied (what they emptied goes to
+/// the segment cache), then every cached segment and cached huge mapping
+/// unmapped, and the huge arena's regions left without a block (`secure`:
+/// its quarantine keeps its own rule, `quarantine_release`). Purging is
+/// not enough: a purged mapping still holds its address space (and, under
+/// strict accounting, its commit charge). Returns whether anything was
+/// unmapped. Nothing when a purge pass holds the lock (its lists are off
+/// their lists; it is not waited for: the caller may hold what the pass
+/// waits for) — nor, so, inside `fork`'s window, where its owner holds it.
+#[cold]
+pub(crate) fn unmap_cached() -> bool {
+    if !PURGE_LOCK.try_lock() {
+        return false;
+    }
+    let now = os::now_ms();
+    crate::thread::abandon::age_retired(now, true);
+    purge_list(&ABANDONED, usize::MAX, now, false, true);
+    let mut any = false;
+    loop {
+        let seg = SEGMENT_CACHE.pop();
+        if seg.is_null() {
+            break;
+        }
+        // SAFETY: a cached segment is an empty, unowned normal segment, and
+        // popped it is referred to by nothing.
+        unsafe { arena::segment_unmap(seg) };
+        any = true;
+    }
+    any |= huge::unmap_cached();
+    PURGE_LOCK.unlock();
+    any
+}
+
 /// Takes every segment off `list`, purges its due pages (all when `force`)
 /// and puts it back (unmapping what no longer fits under `limit`). Returns
 /// the earliest remaining deadline (`u64::MAX` when none). With `tidy`

@@ -162,8 +162,10 @@ fn apply(cfg: &mut Config, entry: &[u8]) {
         b"HAKMEM_STATS" => parse_bool(value).map(|v| cfg.stats = v),
         b"HAKMEM_VERBOSE" => parse_bool(value).map(|v| cfg.verbose = v),
         b"HAKMEM_THP" => parse_bool(value).map(|v| cfg.thp = v),
-        b"HAKMEM_PURGE_DELAY" => parse_i64(value).map(|v| {
-            cfg.purge_delay_ms = v.max(-1);
+        // -1 (never) and up: another negative value is rejected with the
+        // message below rather than read as -1.
+        b"HAKMEM_PURGE_DELAY" => parse_i64(value).filter(|&v| v >= -1).map(|v| {
+            cfg.purge_delay_ms = v;
             cfg.purge_delay_set = true;
         }),
         b"HAKMEM_POLICY" => match value {
@@ -299,6 +301,9 @@ mod tests {
         assert_eq!(cfg.purge_delay_ms, -1);
         apply(&mut cfg, b"HAKMEM_PURGE_DELAY=soon");
         assert_eq!(cfg.purge_delay_ms, -1, "bad value keeps the previous one");
+        apply(&mut cfg, b"HAKMEM_PURGE_DELAY=0");
+        apply(&mut cfg, b"HAKMEM_PURGE_DELAY=-7");
+        assert_eq!(cfg.purge_delay_ms, 0, "below -1 is a bad value, not -1");
         apply(&mut cfg, b"HAKMEM_STATS=1");
         assert!(cfg.stats);
         apply(&mut cfg, b"HAKMEM_THP=maybe");

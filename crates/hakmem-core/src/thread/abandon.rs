@@ -380,10 +380,14 @@ pub(crate) unsafe fn heap_retire(heap: *mut Heap) {
             (*heap).pool_next = *RETIRED.head.get();
             *RETIRED.head.get() = heap;
             *RETIRED.count.get() += 1;
+            // Counted with the lock held, as the takings are: counted
+            // after it, a thread taking the heap at once brought the
+            // count below zero for a moment (read as 2^64 - 1 in the
+            // statistics).
+            stats::heap_retired(1);
         }
         RETIRED.lock.unlock();
         if kept {
-            stats::heap_retired(1);
             crate::segment::purge::note_retired();
         } else {
             abandon_segments(heap);
@@ -401,6 +405,7 @@ pub(crate) fn heap_for_thread() -> *mut Heap {
         if !heap.is_null() {
             *RETIRED.head.get() = (*heap).pool_next;
             *RETIRED.count.get() -= 1;
+            stats::heap_retired(-1);
         }
         heap
     };
@@ -413,7 +418,6 @@ pub(crate) fn heap_for_thread() -> *mut Heap {
         (*heap).pool_next = ptr::null_mut();
         (*heap).retired_at_ms = 0;
     }
-    stats::heap_retired(-1);
     stats::heap_in_use(1);
     heap
 }
@@ -434,6 +438,7 @@ pub(crate) fn age_retired(now: u64, force: bool) -> u64 {
             if force || due <= now {
                 *link = (*heap).pool_next;
                 *RETIRED.count.get() -= 1;
+                stats::heap_retired(-1);
                 (*heap).pool_next = old;
                 old = heap;
             } else {
@@ -448,7 +453,6 @@ pub(crate) fn age_retired(now: u64, force: bool) -> u64 {
         unsafe {
             let heap = old;
             old = (*heap).pool_next;
-            stats::heap_retired(-1);
             abandon_segments(heap);
         }
     }

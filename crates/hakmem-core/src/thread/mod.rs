@@ -205,12 +205,16 @@ fn keep_loaded_once() {
 /// from inside those very functions, which take a lock and then allocate
 /// to grow their lists (glibc: at the 33rd exit handler, the 49th set of
 /// fork handlers). Set up from there it waited for the lock its own
-/// thread held, for good. The constructor runs before the program's
-/// (priority 101, the first a program may use: linked with the archive,
-/// the program's own constructors come after it; preloaded, a library's
-/// constructor runs before those of the program). An allocation made
-/// earlier still (another library's constructor that runs first) sets up
-/// inline as before; the constructor then finds it done.
+/// thread held, for good. The constructor runs before the executable's
+/// own (priority 101, the first a program may use; preloaded, a library
+/// is initialised before the executable, though after the libraries the
+/// program links). Its own `atexit` or `pthread_atfork` may be what grows
+/// a list: that allocation, on a thread with no heap yet, makes its heap
+/// without waiting for the set-up it comes from (`INIT_OWNER`). An
+/// allocation made before the constructor runs (a library initialised
+/// earlier; glibc's start-up in an executable linked with the archive)
+/// sets up inline as before, and the constructor then finds it done:
+/// made from inside those functions, that one still waits (DESIGN.md).
 #[cfg(all(target_os = "linux", not(hakmem_loom)))]
 #[used]
 #[link_section = ".init_array.00101"]
@@ -232,6 +236,9 @@ fn process_init() {
         .compare_exchange(INIT_NONE, INIT_RUNNING, Ordering::Acquire, Ordering::Acquire)
         .is_ok()
     {
+        // Relaxed: only this thread's own loads below compare the mark
+        // with their thread; another thread's id never equals it.
+        INIT_OWNER.store(os::thread_id(), Ordering::Relaxed);
         #[cfg(feature = "secure")]
         {
             crate::check::secure::check_page_size();
@@ -247,12 +254,23 @@ fn process_init() {
         }
         // Release: publishes the secret to the Acquire loads above and below.
         PROCESS_INIT.store(INIT_DONE, Ordering::Release);
-    } else {
+    } else if INIT_OWNER.load(Ordering::Relaxed) != os::thread_id() {
         while PROCESS_INIT.load(Ordering::Acquire) != INIT_DONE {
             crate::sync::spin_hint();
         }
     }
+    // Else the call came from inside this thread's own set-up, from the
+    // allocation glibc makes in `atexit` or `pthread_atfork` as it grows
+    // their lists for hakmem's handlers (the constructor's set-up, on a
+    // thread with no heap yet): that set-up goes on once the allocation
+    // has returned, and the secret it uses (`secure`) is already written.
 }
+
+/// The thread running `process_init`'s set-up (its `pthread_self`; 0
+/// before): a call from inside it returns at once instead of waiting for
+/// itself.
+#[cfg(not(hakmem_loom))]
+static INIT_OWNER: AtomicUsize = AtomicUsize::new(0);
 
 /// Thread key destructor: the thread is exiting (`value` is its heap), or
 /// — the portable binding, whose slot is this key — a later destructor

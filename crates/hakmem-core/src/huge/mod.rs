@@ -196,7 +196,7 @@ fn common_alloc(size: usize, align: usize) -> (*mut u8, bool) {
         }
     } as *mut Segment;
     let mut segment = map();
-    if segment.is_null() && crate::segment::purge::unmap_cached() {
+    if segment.is_null() && crate::segment::purge::unmap_cached(total) {
         // The OS refused: once more, with what hakmem kept mapped of freed
         // memory given back (the cache, the arena's empty regions).
         segment = map();

@@ -84,7 +84,7 @@ pub(super) fn secure_alloc(size: usize, align: usize) -> (*mut u8, bool) {
     };
     let mut segment = map();
     // Non-short-circuit `|`: both give back what they hold.
-    if segment.is_null() && (quarantine_release(total) | crate::segment::purge::unmap_cached()) {
+    if segment.is_null() && (quarantine_release(total) | crate::segment::purge::unmap_cached(total)) {
         // Out of address space (or memory): what waits in quarantine goes
         // first, as a cache would, and the cached segments.
         segment = map();

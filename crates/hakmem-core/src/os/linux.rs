@@ -429,6 +429,22 @@ pub(crate) fn thread_key_set(key: ThreadKey, value: *mut c_void) -> bool {
     unsafe { libc::pthread_setspecific(key, value) == 0 }
 }
 
+/// Physical memory and swap together, in bytes (`sysinfo`); None when the
+/// kernel does not say.
+pub(crate) fn memory_and_swap() -> Option<usize> {
+    // SAFETY: sysinfo only writes the struct it is given; all-zero bytes
+    // are a valid `sysinfo` value.
+    let mut info: libc::sysinfo = unsafe { core::mem::zeroed() };
+    // SAFETY: a valid, writable struct.
+    if unsafe { libc::sysinfo(&mut info) } != 0 {
+        return None;
+    }
+    let unit = (info.mem_unit as usize).max(1);
+    (info.totalram as usize)
+        .checked_add(info.totalswap as usize)?
+        .checked_mul(unit)
+}
+
 /// A number that identifies the calling thread among the living ones.
 #[allow(dead_code)] // the portable thread binding's
 pub(crate) fn thread_id() -> usize {

@@ -109,6 +109,23 @@ pub(crate) fn keep_loaded(code: *const core::ffi::c_void) -> bool {
     let _keep = KeepErrno::new();
     !refused!(KeepLoaded) && sys::keep_loaded(code)
 }
+/// Physical memory and swap together, in bytes, read once (`usize::MAX`
+/// when the system does not say). `errno` is left alone.
+pub(crate) fn memory_and_swap() -> usize {
+    static KNOWN: AtomicUsize = AtomicUsize::new(0);
+    // Relaxed: a plain value; two threads reading it first both store the
+    // same one.
+    match KNOWN.load(Ordering::Relaxed) {
+        0 => {
+            let _keep = KeepErrno::new();
+            let bytes = sys::memory_and_swap().unwrap_or(usize::MAX).max(1);
+            KNOWN.store(bytes, Ordering::Relaxed);
+            bytes
+        }
+        bytes => bytes,
+    }
+}
+
 // The portable thread binding's (arch/portable.rs).
 #[allow(unused_imports)]
 pub(crate) use sys::{thread_id, thread_key_get};

@@ -66,7 +66,7 @@ pub(crate) fn segment_alloc() -> *mut Segment {
     }
     let map = || os::map_aligned(SEGMENT_SIZE, SEGMENT_SIZE, 0) as *mut Segment;
     let mut p = map();
-    if p.is_null() && crate::segment::purge::unmap_cached() {
+    if p.is_null() && crate::segment::purge::unmap_cached(SEGMENT_SIZE) {
         // The OS refused: once more, with what hakmem kept mapped of freed
         // memory given back.
         p = map();

@@ -25,10 +25,13 @@
  *
  * A heap may be used (allocated from, deleted, destroyed) only by the
  * thread that made it. Its blocks are ordinary blocks: any thread may
- * `free` or `realloc` them, also after the heap was deleted. A heap still
- * alive when its thread exits is emptied into that thread's memory then
+ * `free` or `realloc` them, also after the heap was deleted. A pthread key
+ * destructor of the thread may still use, delete or destroy it in the
+ * first destructor round at the thread's exit (the usual cleanup of a
+ * per-thread heap; the key made after the program's first allocation). A
+ * heap still alive after that round is emptied into the thread's memory
  * (as if deleted: its blocks stay valid); the handle allocates nothing
- * more, and deleting it only gives the handle back.
+ * more, and deleting or destroying it only gives the handle back.
  */
 typedef struct HakmemHeap HakmemHeap;
 

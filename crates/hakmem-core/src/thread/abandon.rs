@@ -417,6 +417,7 @@ pub(crate) fn heap_for_thread() -> *mut Heap {
     unsafe {
         (*heap).pool_next = ptr::null_mut();
         (*heap).retired_at_ms = 0;
+        (*heap).exit_deferred = false;
     }
     stats::heap_in_use(1);
     heap

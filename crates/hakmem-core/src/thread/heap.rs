@@ -86,6 +86,9 @@ pub(crate) struct Heap {
     /// When the heap was retired (its thread exited; ms), while it waits on
     /// the retired list (`abandon::heap_retire`).
     pub(crate) retired_at_ms: u64,
+    /// The thread's exit hook has put its work off by one destructor round
+    /// (`thread::thread_exit`); the next call does it.
+    pub(crate) exit_deferred: bool,
     /// A local heap: the thread heap of the thread that made it (the only
     /// thread that may use it), or `EXITED_HEAP` once that thread has
     /// exited and given the local heap's memory up (an *orphaned* local
@@ -260,6 +263,7 @@ impl Heap {
             remote: [RemoteBatch::EMPTY; REMOTE_BATCHES],
             pool_next: ptr::null_mut(),
             retired_at_ms: 0,
+            exit_deferred: false,
             parent: ptr::null_mut(),
             locals: ptr::null_mut(),
             local_next: ptr::null_mut(),
@@ -457,6 +461,7 @@ impl Heap {
         self.remote = [RemoteBatch::EMPTY; REMOTE_BATCHES];
         self.pool_next = ptr::null_mut();
         self.retired_at_ms = 0;
+        self.exit_deferred = false;
         self.parent = ptr::null_mut();
         self.locals = ptr::null_mut();
         self.local_next = ptr::null_mut();

@@ -429,6 +429,24 @@ pub(crate) fn thread_key_set(key: ThreadKey, value: *mut c_void) -> bool {
     unsafe { libc::pthread_setspecific(key, value) == 0 }
 }
 
+/// Whether the kernel refuses mappings by its overcommit heuristic
+/// (`vm.overcommit_memory` is 0, the default): one larger than memory and
+/// swap together is refused there whatever else is mapped.
+pub(crate) fn overcommit_heuristic() -> bool {
+    let path = c"/proc/sys/vm/overcommit_memory";
+    // SAFETY: path is NUL-terminated; the buffer is valid for its length.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let mut buf = [0u8; 8];
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n >= 1 && buf[0] == b'0'
+    }
+}
+
 /// Physical memory and swap together, in bytes (`sysinfo`); None when the
 /// kernel does not say.
 pub(crate) fn memory_and_swap() -> Option<usize> {

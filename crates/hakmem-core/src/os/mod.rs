@@ -109,16 +109,23 @@ pub(crate) fn keep_loaded(code: *const core::ffi::c_void) -> bool {
     let _keep = KeepErrno::new();
     !refused!(KeepLoaded) && sys::keep_loaded(code)
 }
-/// Physical memory and swap together, in bytes, read once (`usize::MAX`
-/// when the system does not say). `errno` is left alone.
-pub(crate) fn memory_and_swap() -> usize {
+/// The size above which the kernel refuses any mapping, whatever else is
+/// mapped: physical memory and swap together under the default overcommit
+/// heuristic; `usize::MAX` under another setting (where address-space
+/// limits and the number of mappings are what refuse) or when the system
+/// does not say. Read once. `errno` is left alone.
+pub(crate) fn refused_above() -> usize {
     static KNOWN: AtomicUsize = AtomicUsize::new(0);
     // Relaxed: a plain value; two threads reading it first both store the
     // same one.
     match KNOWN.load(Ordering::Relaxed) {
         0 => {
             let _keep = KeepErrno::new();
-            let bytes = sys::memory_and_swap().unwrap_or(usize::MAX).max(1);
+            let bytes = if sys::overcommit_heuristic() {
+                sys::memory_and_swap().unwrap_or(usize::MAX).max(1)
+            } else {
+                usize::MAX
+            };
             KNOWN.store(bytes, Ordering::Relaxed);
             bytes
         }

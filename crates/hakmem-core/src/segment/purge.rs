@@ -374,12 +374,13 @@ pub(crate) fn try_purge_now(purge: impl FnOnce()) -> bool {
 /// their lists; it is not waited for: the caller may hold what the pass
 /// waits for) — nor, so, inside `fork`'s window, where its owner holds it
 /// — and nothing for a mapping of `needed` bytes larger than memory and
-/// swap together: the kernel's overcommit check refuses that whatever
-/// hakmem gives back, and a program probing for the largest block it can
-/// have (halving on failure) would lose every cache at each probe.
+/// swap together under the default overcommit heuristic
+/// (`os::refused_above`): the kernel refuses that whatever hakmem gives
+/// back, and a program probing for the largest block it can have
+/// (halving on failure) would lose every cache at each probe.
 #[cold]
 pub(crate) fn unmap_cached(needed: usize) -> bool {
-    if needed > os::memory_and_swap() || !PURGE_LOCK.try_lock() {
+    if needed > os::refused_above() || !PURGE_LOCK.try_lock() {
         return false;
     }
     let now = os::now_ms();

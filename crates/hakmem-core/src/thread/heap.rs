@@ -130,7 +130,11 @@ pub(crate) struct LiveEntry {
     /// The thread was found alive once at least `live::LIVE_CHECK_MS`
     /// after the listing: it is not one that died at birth (see abandon.rs).
     pub(crate) checked: bool,
-    /// When the heap was listed (ms).
+    /// The thread's exit hook has put its work off (`thread::thread_exit`):
+    /// the thread is in its exit, and a look that finds it alive looks
+    /// again later rather than ending the looks.
+    pub(crate) exiting: bool,
+    /// When the heap was listed, or its exit hook put off (ms).
     pub(crate) listed_ms: u64,
     pub(crate) next: *mut Heap,
     pub(crate) prev: *mut Heap,
@@ -141,6 +145,7 @@ impl LiveEntry {
         ids: (0, 0),
         generation: 0,
         checked: false,
+        exiting: false,
         listed_ms: 0,
         next: ptr::null_mut(),
         prev: ptr::null_mut(),

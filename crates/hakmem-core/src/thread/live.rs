@@ -59,6 +59,7 @@ pub(crate) unsafe fn live_add(heap: *mut Heap) {
             ids,
             generation: (*heap).live.generation.wrapping_add(1),
             checked: false,
+            exiting: false,
             listed_ms: now,
             next: head,
             prev: ptr::null_mut(),
@@ -95,6 +96,30 @@ unsafe fn live_unlink(heap: *mut Heap) {
             ..crate::thread::heap::LiveEntry::NONE
         };
     }
+}
+
+/// The calling thread's exit hook has put its work off by a destructor
+/// round (`thread::thread_exit`): `heap` is looked for again a second on,
+/// and as long as its thread lives, so that a heap whose hook is not
+/// called again (its first call fell in glibc's last round) is found
+/// once the thread is gone.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap.
+#[cfg(not(hakmem_loom))]
+pub(crate) unsafe fn live_exiting(heap: *mut Heap) {
+    let now = crate::os::now_ms();
+    LIVE.lock.lock();
+    // SAFETY: the lock is held; a heap with ids is on the list.
+    unsafe {
+        if (*heap).live.ids != (0, 0) {
+            (*heap).live.exiting = true;
+            (*heap).live.checked = false;
+            (*heap).live.listed_ms = now;
+        }
+    }
+    LIVE.lock.unlock();
+    crate::segment::purge::GLOBAL_PURGE_AT.fetch_min(now + LIVE_CHECK_MS, Ordering::Relaxed);
 }
 
 /// Takes `heap` off the list, if it is listed (its thread is exiting and
@@ -168,6 +193,11 @@ pub(crate) fn reap_exited(now: u64, force: bool) -> u64 {
                 live_unlink(heap);
                 reaped[r] = heap;
                 r += 1;
+            } else if due && (*heap).live.exiting {
+                // In its exit (its hook put off), still running other
+                // destructors: looked at again.
+                (*heap).live.listed_ms = now;
+                next = next.min(now + LIVE_CHECK_MS);
             } else if due {
                 // Alive a second after its listing: an ordinary thread.
                 // (Alive at an early, forced look, it may be one that is

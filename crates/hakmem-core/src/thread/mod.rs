@@ -285,9 +285,12 @@ static INIT_OWNER: AtomicUsize = AtomicUsize::new(0);
 /// memory handed to the thread heap, the destroy a no-op — and each
 /// thread left its blocks behind for good (found by review: 2 MiB per
 /// thread). glibc runs a next round whenever a destructor set a value,
-/// up to four: a heap made in the third round (a destructor's first
-/// allocation) has its first call in the last one, and is found gone by
-/// the live list's look (live.rs).
+/// up to four: a heap whose first call falls in the last one (made by a
+/// destructor's first allocation in a late round) is not called again,
+/// and is found gone by the live list's looks, which go on for a heap
+/// whose hook put its work off for as long as its thread lives
+/// (`live::live_exiting`; found by review: the one look a second after
+/// the listing ended them).
 #[cfg(not(hakmem_loom))]
 extern "C" fn thread_exit(value: *mut c_void) {
     let heap = value as *mut Heap;
@@ -301,6 +304,7 @@ extern "C" fn thread_exit(value: *mut c_void) {
                 // the slot glibc cleared for this call.
                 if let Some(key) = thread_key_if_created() {
                     if os::thread_key_set(key, value) {
+                        crate::thread::live::live_exiting(heap);
                         return;
                     }
                 }

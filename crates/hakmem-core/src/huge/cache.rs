@@ -148,23 +148,31 @@ pub(crate) fn unmap_cached() -> bool {
     return false;
     #[cfg(not(feature = "secure"))]
     {
-        let mut taken = [ptr::null_mut::<Segment>(); HUGE_CACHE_SLOTS];
-        HUGE_CACHE.lock.lock();
-        // SAFETY: the lock is held; the slots are swapped out whole.
-        unsafe {
+        unmap_slots(0) | crate::huge::arena::unmap_empty()
+    }
+}
+
+/// Unmaps every mapping in the cache (`secure`: the quarantine) when they
+/// hold `at_least` bytes together; returns whether there was any.
+pub(super) fn unmap_slots(at_least: usize) -> bool {
+    let mut taken = [ptr::null_mut::<Segment>(); HUGE_CACHE_SLOTS];
+    HUGE_CACHE.lock.lock();
+    // SAFETY: the lock is held; the slots are swapped out whole.
+    unsafe {
+        if *HUGE_CACHE.bytes.get() >= at_least {
             core::ptr::swap(HUGE_CACHE.slots.get(), &mut taken);
             *HUGE_CACHE.bytes.get() = 0;
         }
-        HUGE_CACHE.lock.unlock();
-        let mut any = false;
-        for &s in taken.iter().filter(|s| !s.is_null()) {
-            // SAFETY: taken off the cache: an unused huge segment no list
-            // refers to.
-            unsafe { huge_unmap(s) };
-            any = true;
-        }
-        any | crate::huge::arena::unmap_empty()
     }
+    HUGE_CACHE.lock.unlock();
+    let mut any = false;
+    for &s in taken.iter().filter(|s| !s.is_null()) {
+        // SAFETY: taken off the cache: an unused huge segment no list
+        // refers to.
+        unsafe { huge_unmap(s) };
+        any = true;
+    }
+    any
 }
 
 /// Purges the huge mappings in the cache that are due (all when `force`);

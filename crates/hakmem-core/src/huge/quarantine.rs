@@ -181,24 +181,7 @@ pub(super) fn quarantine_take(total: usize) -> *mut Segment {
 /// cut every dangling pointer's quarantine short. Returns whether it did.
 #[cfg(feature = "secure")]
 pub(super) fn quarantine_release(needed: usize) -> bool {
-    let mut taken = [ptr::null_mut::<Segment>(); HUGE_CACHE_SLOTS];
-    HUGE_CACHE.lock.lock();
-    // SAFETY: the lock is held.
-    unsafe {
-        if *HUGE_CACHE.bytes.get() >= needed {
-            core::ptr::swap(HUGE_CACHE.slots.get(), &mut taken);
-            *HUGE_CACHE.bytes.get() = 0;
-        }
-    }
-    HUGE_CACHE.lock.unlock();
-    let mut any = false;
-    for &s in taken.iter().filter(|s| !s.is_null()) {
-        // SAFETY: taken off the quarantine: an unused huge segment no list
-        // refers to.
-        unsafe { huge_unmap(s) };
-        any = true;
-    }
-    any
+    super::cache::unmap_slots(needed)
 }
 
 /// Hands quarantined mapping `segment` out again for a block of `size`

@@ -432,17 +432,28 @@ pub(crate) fn thread_key_set(key: ThreadKey, value: *mut c_void) -> bool {
 /// Whether the kernel refuses mappings by its overcommit heuristic
 /// (`vm.overcommit_memory` is 0, the default): one larger than memory and
 /// swap together is refused there whatever else is mapped.
+///
+/// Read with the system calls themselves, not libc's `open` and `read`:
+/// those are cancellation points, and this runs inside an allocation that
+/// the OS refused (glibc's malloc reads the file with its no-cancel
+/// variants for the same reason).
 pub(crate) fn overcommit_heuristic() -> bool {
     let path = c"/proc/sys/vm/overcommit_memory";
-    // SAFETY: path is NUL-terminated; the buffer is valid for its length.
+    // SAFETY: path is NUL-terminated; the buffer is valid for its length;
+    // the descriptor is ours to close.
     unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let fd = libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
         if fd < 0 {
             return false;
         }
         let mut buf = [0u8; 8];
-        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-        libc::close(fd);
+        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
+        libc::syscall(libc::SYS_close, fd);
         n >= 1 && buf[0] == b'0'
     }
 }

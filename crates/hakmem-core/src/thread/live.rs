@@ -200,9 +200,13 @@ pub(crate) fn reap_exited(now: u64, force: bool) -> u64 {
                 next = next.min(now + LIVE_CHECK_MS);
             } else if due {
                 // Alive a second after its listing: an ordinary thread.
-                // (Alive at an early, forced look, it may be one that is
-                // dying right now: it is looked at again.)
                 (*heap).live.checked = true;
+            } else {
+                // Alive at an early, forced look (`collect`): it may be one
+                // that is dying right now, looked at again when due. The
+                // pass that forced the look cleared the deadline that
+                // asked for it: asked for again.
+                next = next.min((*heap).live.listed_ms + LIVE_CHECK_MS);
             }
         }
     }

@@ -68,17 +68,8 @@ extern "C" fn allocate_from_the_orphan(raw: *mut libc::c_void) {
 #[test]
 #[ignore = "run as a child by an_orphaned_local_heap_allocates_nothing"]
 fn orphan_child() {
-    // hakmem's thread key first (made at its first allocation), then ours.
-    // SAFETY: a block of this allocator, freed once.
-    unsafe { hakmem_core::free(hakmem_core::malloc(16)) };
-    // SAFETY: made once, before the thread; the destructor lives as long
-    // as the process.
-    unsafe {
-        assert_eq!(
-            libc::pthread_key_create(&raw mut KEY, Some(allocate_from_the_orphan)),
-            0
-        )
-    };
+    // SAFETY: KEY is written here only, before any thread uses it.
+    unsafe { KEY = key_after_hakmems(allocate_from_the_orphan) };
     std::thread::spawn(|| {
         let heap = LocalHeap::new();
         let p = heap.alloc(64, 16);
@@ -151,17 +142,8 @@ extern "C" fn destroy_the_local_heap(raw: *mut libc::c_void) {
 #[test]
 #[ignore = "run as a child by a_local_heap_destroyed_by_a_key_destructor_gives_its_memory_back"]
 fn destroy_child() {
-    // hakmem's thread key first (made at its first allocation), then ours.
-    // SAFETY: a block of this allocator, freed once.
-    unsafe { hakmem_core::free(hakmem_core::malloc(16)) };
-    // SAFETY: made once, before the threads; the destructor lives as long
-    // as the process.
-    unsafe {
-        assert_eq!(
-            libc::pthread_key_create(&raw mut DESTROY_KEY, Some(destroy_the_local_heap)),
-            0
-        )
-    };
+    // SAFETY: DESTROY_KEY is written here only, before any thread uses it.
+    unsafe { DESTROY_KEY = key_after_hakmems(destroy_the_local_heap) };
     const THREADS: usize = 40;
     let round = || {
         for _ in 0..THREADS {
@@ -223,17 +205,8 @@ extern "C" fn first_allocation_in_round_three(raw: *mut libc::c_void) {
 #[test]
 #[ignore = "run as a child by a_heap_made_in_a_late_destructor_round_is_given_up"]
 fn late_child() {
-    // hakmem's thread key first (made at its first allocation), then ours.
-    // SAFETY: a block of this allocator, freed once.
-    unsafe { hakmem_core::free(hakmem_core::malloc(16)) };
-    // SAFETY: made once, before the thread; the destructor lives as long
-    // as the process.
-    unsafe {
-        assert_eq!(
-            libc::pthread_key_create(&raw mut LATE_KEY, Some(first_allocation_in_round_three)),
-            0
-        )
-    };
+    // SAFETY: LATE_KEY is written here only, before any thread uses it.
+    unsafe { LATE_KEY = key_after_hakmems(first_allocation_in_round_three) };
     let before = hakmem_core::stats().heaps_in_use;
     let thread = std::thread::spawn(|| {
         // SAFETY: LATE_KEY was created above.
@@ -278,4 +251,17 @@ fn run_child(child: &str, marker: &str) {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A pthread key with `destructor`, made after hakmem's own thread key
+/// (which its first allocation makes), so that glibc runs `destructor`
+/// after hakmem's exit hook in each destructor round.
+fn key_after_hakmems(destructor: extern "C" fn(*mut libc::c_void)) -> libc::pthread_key_t {
+    // SAFETY: a block of this allocator, freed once.
+    unsafe { hakmem_core::free(hakmem_core::malloc(16)) };
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: a valid key to write; the destructor lives as long as the
+    // process.
+    assert_eq!(unsafe { libc::pthread_key_create(&mut key, Some(destructor)) }, 0);
+    key
 }

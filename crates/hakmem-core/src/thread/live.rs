@@ -70,6 +70,8 @@ pub(crate) unsafe fn live_add(heap: *mut Heap) {
         *LIVE.head.get() = heap;
     }
     LIVE.lock.unlock();
+    // Relaxed: a hint for when the pass comes by (purge.rs); the entry it
+    // looks at is read under the list's lock, which orders it.
     crate::segment::purge::GLOBAL_PURGE_AT.fetch_min(now + LIVE_CHECK_MS, Ordering::Relaxed);
 }
 
@@ -119,6 +121,8 @@ pub(crate) unsafe fn live_exiting(heap: *mut Heap) {
         }
     }
     LIVE.lock.unlock();
+    // Relaxed: a hint for when the pass comes by (purge.rs); the entry it
+    // looks at is read under the list's lock, which orders it.
     crate::segment::purge::GLOBAL_PURGE_AT.fetch_min(now + LIVE_CHECK_MS, Ordering::Relaxed);
 }
 

@@ -75,22 +75,8 @@ pub(crate) fn segment_alloc() -> *mut Segment {
         return p;
     }
     advise_thp(p as *mut u8, SEGMENT_SIZE);
-    if cfg!(feature = "secure") {
-        // A guard page at the end of every unit (the header's too): a write
-        // running off a block faults within 64 KiB (secure.rs).
-        let guard = crate::check::secure::guard_bytes();
-        for unit in 1..=PAGES_PER_SEGMENT {
-            // SAFETY: the last OS page of a unit of the fresh segment, never
-            // handed out (spans end before it: refill::page_alloc).
-            if !unsafe { os::protect_none((p as *mut u8).add(unit * PAGE_SIZE - guard), guard) } {
-                // No segment without its guards (the kernel is out of
-                // mapping records): the caller sees no memory.
-                // SAFETY: the fresh mapping, not handed out.
-                unsafe { os::unmap(p as *mut u8, SEGMENT_SIZE) };
-                return ptr::null_mut();
-            }
-        }
-    }
+    // `secure`: no guard page yet; each unit gets its own when a span
+    // first takes it (`place_guards`).
     stats::segment_mapped(1);
     stats::committed(SEGMENT_SIZE as isize);
     // SAFETY: p is a fresh, zeroed, exclusive 2 MiB mapping.
@@ -100,6 +86,54 @@ pub(crate) fn segment_alloc() -> *mut Segment {
     }
     map_set(p, true);
     p
+}
+
+/// `secure`: puts in place the guard pages a span of `units` pages from
+/// `first` needs, those not already there: one at the end of each of its
+/// units (a write running off a block faults within 64 KiB, secure.rs)
+/// and one at the end of the unit before it (the header's, for the first
+/// span), so that an underflow off its first block faults too. A guard
+/// stays for the segment's life. Placed as spans are carved rather than
+/// for all 32 units at once, since each splits the mapping: the kernel
+/// holds at most `vm.max_map_count` (65 530 by default) mapping records
+/// per process, which 32 guards a segment used up at about 1 000
+/// segments (a pool of 1 000 threads that each allocated once; found by
+/// review). False when the kernel refuses, after one more try with what
+/// hakmem keeps mapped of freed memory given back.
+///
+/// # Safety
+/// `seg` must be a normal segment owned by the caller, and the span's
+/// units (with `first >= 1`) hand out nothing but what `page_alloc`
+/// places before each unit's guard page.
+#[cfg(feature = "secure")]
+#[cold]
+pub(crate) unsafe fn place_guards(seg: *mut Segment, first: usize, units: usize) -> bool {
+    debug_assert!(first >= 1 && first + units <= PAGES_PER_SEGMENT);
+    let guard = crate::check::secure::guard_bytes();
+    let mut retried = false;
+    for unit in first - 1..first + units {
+        // SAFETY: the caller owns seg.
+        if unsafe { (*seg).guarded_units } & (1 << unit) != 0 {
+            continue;
+        }
+        loop {
+            // SAFETY: the last OS page of a unit of seg: never handed out
+            // (spans end before it: refill::page_alloc) and never part of
+            // the header (it fits before the header unit's guard).
+            let at = unsafe { (*seg).page_start(unit).add(PAGE_SIZE - guard) };
+            // SAFETY: as above.
+            if unsafe { os::protect_none(at, guard) } {
+                break;
+            }
+            if retried || !crate::segment::purge::unmap_cached(guard) {
+                return false;
+            }
+            retried = true;
+        }
+        // SAFETY: the caller owns seg.
+        unsafe { (*seg).guarded_units |= 1 << unit };
+    }
+    true
 }
 
 /// Transparent huge pages: on when asked (`HAKMEM_THP=1`); otherwise opted

@@ -144,6 +144,12 @@ pub(crate) struct Segment {
     /// frees when this one was freed.
     #[cfg(feature = "secure")]
     pub(crate) quarantined_at: u64,
+    /// `secure` normal segments: the units whose guard page (their last
+    /// OS page) is in place (`arena::place_guards`, as spans are carved).
+    /// Owner only; kept while the segment waits in the cache, since a purge
+    /// leaves protections as they are.
+    #[cfg(feature = "secure")]
+    pub(crate) guarded_units: u32,
     /// Links in the owner heap's list, the cache or the abandoned list.
     pub(crate) next: *mut Segment,
     pub(crate) prev: *mut Segment,
@@ -203,6 +209,8 @@ impl Segment {
                     huge_size: 0,
                     #[cfg(feature = "secure")]
                     quarantined_at: 0,
+                    #[cfg(feature = "secure")]
+                    guarded_units: 0,
                     next: ptr::null_mut(),
                     prev: ptr::null_mut(),
                     listed: ptr::null(),

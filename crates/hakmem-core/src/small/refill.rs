@@ -210,6 +210,16 @@ pub(crate) unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_
                 }
             }
         };
+        #[cfg(feature = "secure")]
+        if !arena::place_guards(seg, first, units) {
+            // No span without its guards: the caller sees no memory.
+            (*seg).return_span(first, units);
+            let at = (*seg).schedule_purge(first, units);
+            if at != 0 && ((*heap).purge_at_ms == 0 || at < (*heap).purge_at_ms) {
+                (*heap).purge_at_ms = at;
+            }
+            return ptr::null_mut();
+        }
         let fresh = (*seg).mark_dirty(first, units);
         let page = &mut (*seg).pages[first] as *mut Page;
         // `secure`: each unit's table first (filled as `extend` carves

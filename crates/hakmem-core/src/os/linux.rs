@@ -184,6 +184,7 @@ pub(crate) unsafe fn remap_in_place(p: *mut u8, old: usize, new: usize) -> bool 
 /// out.
 /// Returns false when the kernel refuses (out of memory for its mapping
 /// records, past `vm.max_map_count`).
+#[cfg_attr(not(feature = "secure"), allow(dead_code))]
 pub(crate) unsafe fn protect_none(p: *mut u8, size: usize) -> bool {
     // SAFETY: the caller guarantees the range is ours and unused.
     unsafe { libc::mprotect(p.cast(), size, libc::PROT_NONE) == 0 }

@@ -476,6 +476,7 @@ pub(crate) unsafe fn remap_in_place(p: *mut u8, old: usize, new: usize) -> bool 
 /// The range must be part of a mapping of this module and hold nothing
 /// handed out (never, or no longer: a freed huge block in quarantine).
 #[must_use = "a refused protection leaves the range accessible"]
+#[cfg_attr(not(feature = "secure"), allow(dead_code))]
 pub(crate) unsafe fn protect_none(p: *mut u8, size: usize) -> bool {
     let _keep = KeepErrno::new();
     // SAFETY: the caller's guarantee.

@@ -13,22 +13,23 @@
 //! expression or another register (a stack realigned through `r10`), a
 //! rule for `rsp` itself, a signal frame, an augmentation this reader does not know, an address no
 //! unwind table covers — is [`Rule::Other`], and [`walk`] gives way to
-//! libgcc for the whole stack (unwind.rs), which follows every rule and
-//! knows the kernel's signal trampolines. The stack ends where a frame's
+//! libgcc for the whole stack where that is safe (unwind.rs), which
+//! follows every rule and knows the kernel's signal trampolines; the stack
+//! ends there otherwise. The stack ends where a frame's
 //! return address is undefined (`_start`, a thread's `clone3`).
 //!
-//! **Finding the table.** A cache miss asks libgcc's `_Unwind_Find_FDE`
-//! for the function's FDE — the lookup libgcc's own walk makes at every
-//! frame — then runs the CIE's and the FDE's instructions up to the
-//! address. With libgcc 12 or later on glibc 2.35 or later (Debian 12,
-//! Ubuntu 22.04 and later) that lookup is glibc's `_dl_find_object`:
-//! lock-free, no allocation, so a `fork` or `dlopen` in another thread
-//! waits for nothing here. Older pairs use `dl_iterate_phdr`, under the
-//! loader's lock, and code registered with `__register_frame` (JIT
-//! compilers) is looked up under libgcc's own lock: there the profiler
-//! shares what every C++ `throw` risks (a `fork` while another thread
-//! holds the lock; an allocation libgcc makes under its lock, sampled,
-//! whose walk asks for the lock again).
+//! **Finding the table.** A cache miss finds the object holding the
+//! address with glibc's `_dl_find_object` (2.35 and later: lock-free, no
+//! allocation), else with `dl_iterate_phdr` (older glibc, static
+//! executables), then the function's FDE in the object's own search table
+//! (`.eh_frame_hdr`), and runs the CIE's and the FDE's instructions up to
+//! the address. Never libgcc's `_Unwind_Find_FDE`: a sample may be taken
+//! inside libgcc, which allocates under its own lock as it sorts the
+//! tables of code registered with `__register_frame` (JIT compilers; a
+//! static C executable's own), and asking for that lock again hung the
+//! program (found by review). Code no search table covers (registered
+//! code; a static C executable linked without `-Wl,--eh-frame-hdr`) is a
+//! frame this walk does not follow.
 //!
 //! **The cache** ([`SLOTS`] slots, one per hashed address, 16 bytes each) is
 //! lock-free: a slot's key is the address with a 16-bit sequence above it,
@@ -53,7 +54,7 @@
 //! `sigaltstack`) the bound is only a bound: there the walk reads what
 //! libgcc's would, the slots the frames' rules name.
 
-use crate::sync::plain::{fence, AtomicU64};
+use crate::sync::plain::{fence, AtomicU64, AtomicUsize};
 use crate::sync::Ordering;
 use core::ffi::c_void;
 
@@ -201,21 +202,176 @@ fn remember(addr: u64, rule: Rule) {
     slot.key.store(addr | seq << SEQ_SHIFT, Ordering::Release);
 }
 
-/// `struct dwarf_eh_bases`: where an FDE's relative pointers count from
-/// (x86-64's tables use pc-relative pointers only; unused here).
-#[repr(C)]
-struct EhBases {
-    tbase: *mut c_void,
-    dbase: *mut c_void,
-    func: *mut c_void,
+/// glibc's `_dl_find_object` (2.35 and later; 0 where glibc has none, or
+/// in a static executable, where `dlsym` finds nothing), looked up by
+/// `loaded` when the object holding hakmem is initialised: by name rather
+/// than linked, so that the library still loads on an older glibc.
+static DL_FIND_OBJECT: AtomicUsize = AtomicUsize::new(0);
+
+/// Looks `_dl_find_object` up (from the load-time constructor: `dlsym`
+/// then takes the loader's lock this thread already holds, if any).
+pub(super) fn loaded() {
+    // SAFETY: a lookup by a NUL-terminated name.
+    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr()) };
+    // Relaxed: a plain value, set before any sample is recorded (the
+    // samples' own switch, profile::LOADED, is stored after it by the
+    // same thread, and a sample that reads 0 takes the slower path).
+    DL_FIND_OBJECT.store(f as usize, Ordering::Relaxed);
 }
 
-// libgcc's lookup of the FDE for an address: glibc's `_dl_find_object`
-// (lock-free, no allocation; glibc 2.35 and later), or the tables of code
-// registered with `__register_frame` (JIT compilers).
-#[cfg_attr(not(target_feature = "crt-static"), link(name = "gcc_s"))]
-extern "C" {
-    fn _Unwind_Find_FDE(pc: *mut c_void, bases: *mut EhBases) -> *const c_void;
+/// glibc's `struct dl_find_object` on x86-64 (`<dlfcn.h>`), with room to
+/// spare.
+#[repr(C)]
+struct DlFindObject {
+    flags: u64,
+    map_start: usize,
+    map_end: usize,
+    link_map: usize,
+    eh_frame: usize,
+    reserved: [u64; 16],
+}
+
+type DlFindObjectFn = unsafe extern "C" fn(pc: usize, result: *mut DlFindObject) -> i32;
+
+/// A loaded object: the addresses it maps, and its `.eh_frame_hdr` (0:
+/// none).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) struct Object {
+    pub(super) start: usize,
+    pub(super) end: usize,
+    eh_frame_hdr: usize,
+}
+
+/// The loaded object holding `addr`, if any: by glibc's `_dl_find_object`
+/// (lock-free and allocation-free: glibc lets a signal handler call it),
+/// else by `dl_iterate_phdr` (under the loader's write lock, held only
+/// while an object is added or removed). Neither is libgcc's lookup, whose
+/// lock the calling thread may hold (see `find_fde`).
+pub(super) fn find_object(addr: usize) -> Option<Object> {
+    // Relaxed: see `loaded`.
+    let f = DL_FIND_OBJECT.load(Ordering::Relaxed);
+    if f != 0 {
+        // SAFETY: f is glibc's `_dl_find_object`, whose signature this is.
+        let f: DlFindObjectFn = unsafe { core::mem::transmute::<usize, DlFindObjectFn>(f) };
+        let mut found = DlFindObject {
+            flags: 0,
+            map_start: 0,
+            map_end: 0,
+            link_map: 0,
+            eh_frame: 0,
+            reserved: [0; 16],
+        };
+        // SAFETY: a lookup by address into `found`, ours for the call.
+        return (unsafe { f(addr, &mut found) } == 0).then_some(Object {
+            start: found.map_start,
+            end: found.map_end,
+            eh_frame_hdr: found.eh_frame,
+        });
+    }
+    let mut search = (addr, None::<Object>);
+    // SAFETY: the callback reads the headers glibc passes it and writes
+    // only `search`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(object_holding), (&raw mut search).cast()) };
+    search.1
+}
+
+/// `dl_iterate_phdr`'s callback for `find_object`: `data` is the address
+/// sought and the answer; stops (returns 1) at the object holding it.
+unsafe extern "C" fn object_holding(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> i32 {
+    // SAFETY: glibc's description of a loaded object, valid for the call,
+    // and find_object's search.
+    unsafe {
+        let search = &mut *(data as *mut (usize, Option<Object>));
+        let info = &*info;
+        let base = info.dlpi_addr as usize;
+        let (mut start, mut end, mut hdr, mut holds) = (usize::MAX, 0, 0, false);
+        for k in 0..usize::from(info.dlpi_phnum) {
+            let ph = &*info.dlpi_phdr.add(k);
+            let at = base.wrapping_add(ph.p_vaddr as usize);
+            match ph.p_type {
+                libc::PT_LOAD => {
+                    let seg_end = at.wrapping_add(ph.p_memsz as usize);
+                    holds |= at <= search.0 && search.0 < seg_end;
+                    start = start.min(at);
+                    end = end.max(seg_end);
+                }
+                libc::PT_GNU_EH_FRAME => hdr = at,
+                _ => {}
+            }
+        }
+        if !holds {
+            return 0;
+        }
+        search.1 = Some(Object {
+            start,
+            end,
+            eh_frame_hdr: hdr,
+        });
+        1
+    }
+}
+
+/// The FDE covering `addr` (0: none), by the search table of the object
+/// holding it (its `PT_GNU_EH_FRAME` segment, `.eh_frame_hdr`), never by
+/// libgcc's `_Unwind_Find_FDE`: libgcc sorts the tables of code
+/// registered with `__register_frame` (JIT compilers; a static C
+/// executable's own, registered by its start files) under its lock, and
+/// allocates there, so a sample taken inside the unwinder (a C++ `throw`,
+/// `backtrace()`) asked for that lock again and waited for good (found by
+/// review). What no such table covers stays unknown here: registered
+/// code, and an object linked without `--eh-frame-hdr` (a static C
+/// executable unless linked with `-Wl,--eh-frame-hdr`).
+fn find_fde(addr: usize) -> usize {
+    let Some(object) = find_object(addr) else {
+        return 0;
+    };
+    let hdr = object.eh_frame_hdr;
+    if hdr == 0 {
+        return 0;
+    }
+    // SAFETY: the object's `.eh_frame_hdr`, mapped while it is loaded: it
+    // holds addr, a frame of this thread's stack. Its fixed part is 4
+    // bytes and two encoded pointers of at most 8 bytes.
+    let mut r = unsafe { Reader::new(hdr, hdr + 20) };
+    let (version, ptr_enc, count_enc, table_enc) = (r.u8(), r.u8(), r.u8(), r.u8());
+    if version != Some(1) {
+        return 0;
+    }
+    let (Some(ptr_enc), Some(count_enc), Some(table_enc)) = (ptr_enc, count_enc, table_enc) else {
+        return 0;
+    };
+    // The `.eh_frame` pointer, skipped (0xff: omitted).
+    if ptr_enc != 0xff && r.encoded(ptr_enc, hdr).is_none() {
+        return 0;
+    }
+    let count = match r.encoded(count_enc, hdr) {
+        Some(count) if count > 0 && count < 1 << 28 => count,
+        _ => return 0,
+    };
+    // The table linkers write: pairs of 4-byte offsets from the header
+    // (`DW_EH_PE_datarel | DW_EH_PE_sdata4`), the functions' starts and
+    // their FDEs, sorted by start.
+    if table_enc != 0x3b {
+        return 0;
+    }
+    let table = r.at;
+    // SAFETY: entry i < count of the object's table.
+    let entry = |i: usize| unsafe { core::ptr::read_unaligned((table + 8 * i) as *const [i32; 2]) };
+    let start = |i: usize| hdr.wrapping_add(entry(i)[0] as isize as usize);
+    if addr < start(0) {
+        return 0;
+    }
+    // The last entry whose start is at most addr.
+    let (mut lo, mut hi) = (0, count);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if start(mid) <= addr {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    hdr.wrapping_add(entry(lo)[1] as isize as usize)
 }
 
 /// The rule for address `addr` (a return address minus one, or the first
@@ -224,21 +380,17 @@ fn rule_for(addr: usize) -> Rule {
     if let Some(rule) = cached(addr as u64) {
         return rule;
     }
-    let mut bases = EhBases {
-        tbase: core::ptr::null_mut(),
-        dbase: core::ptr::null_mut(),
-        func: core::ptr::null_mut(),
-    };
-    // SAFETY: a lookup by address; bases is ours for the call.
-    let fde = unsafe { _Unwind_Find_FDE(addr as *mut c_void, &raw mut bases) } as usize;
+    let fde = find_fde(addr);
     let rule = if fde == 0 {
-        // No table covers it: libgcc's walk, which also knows the kernel's
-        // signal trampolines by their instructions.
+        // No table covers it: libgcc's walk where that is safe
+        // (unwind.rs), which also knows the kernel's signal trampolines by
+        // their instructions.
         Rule::Other
     } else {
         // The FDE's object holds addr, a frame of this thread's stack, so
         // it cannot be unloaded while we read.
-        // SAFETY: fde is a loaded object's FDE, covering addr.
+        // SAFETY: fde is a loaded object's FDE (run_fde checks that it
+        // covers addr).
         unsafe { run_fde(fde, addr) }.unwrap_or(Rule::Other)
     };
     remember(addr as u64, rule);
@@ -724,12 +876,12 @@ fn stack_top(sp: usize) -> Option<usize> {
 }
 
 /// Fills `frames` with the calling stack's addresses, innermost first: the
-/// walk's own, then each frame's return address. `None` where the walk
-/// met a rule it does not follow or a stack it cannot bound (the caller
-/// then asks libgcc).
+/// walk's own, then each frame's return address. `Err` with the frames
+/// found so far where the walk met a rule it does not follow or a stack
+/// it cannot bound (the caller then asks libgcc, where that is safe).
 #[inline(never)]
 #[link_section = "hakmem_text"]
-pub(super) fn walk(frames: &mut [usize]) -> Option<usize> {
+pub(super) fn walk(frames: &mut [usize]) -> Result<usize, usize> {
     let (mut pc, mut sp, mut bp): (usize, usize, usize);
     // SAFETY: reads three registers, touching no memory.
     unsafe {
@@ -743,7 +895,7 @@ pub(super) fn walk(frames: &mut [usize]) -> Option<usize> {
             options(nomem, nostack, preserves_flags),
         );
     }
-    let top = stack_top(sp)?;
+    let top = stack_top(sp).ok_or(0usize)?;
     let mut len = 0;
     let mut first = true;
     while len < frames.len() {
@@ -763,7 +915,7 @@ pub(super) fn walk(frames: &mut [usize]) -> Option<usize> {
             if rule == Rule::End {
                 break;
             }
-            return None;
+            return Err(len);
         };
         let cfa = (if from_rbp { bp } else { sp }).wrapping_add(cfa_off as isize as usize);
         let ra_at = cfa.wrapping_add(ra_off as isize as usize);
@@ -786,7 +938,7 @@ pub(super) fn walk(frames: &mut [usize]) -> Option<usize> {
             break;
         }
     }
-    Some(len)
+    Ok(len)
 }
 
 /// Whether two addresses share a cache slot (for the tests: a lookup of
@@ -814,6 +966,38 @@ pub(super) mod tests {
     /// Held by the tests that write the cache (each slot may be any
     /// address's: one test's rules could replace another's).
     pub(in crate::profile) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// `_dl_find_object` and `dl_iterate_phdr` (glibc before 2.35, static
+    /// executables) find the same object and the same FDE, for this
+    /// test's code and for libc's; an address no object maps is in none.
+    #[test]
+    fn both_object_lookups_find_the_same_tables() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        loaded();
+        // Relaxed: this test's own thread wrote it.
+        let glibc = DL_FIND_OBJECT.load(Ordering::Relaxed);
+        assert_ne!(glibc, 0, "glibc 2.35 or later has _dl_find_object");
+        let here = both_object_lookups_find_the_same_tables as *const () as usize;
+        for addr in [here, libc::malloc as *const () as usize, walk as *const () as usize] {
+            let by_glibc = find_object(addr).expect("a loaded object holds it");
+            let fde = find_fde(addr);
+            DL_FIND_OBJECT.store(0, Ordering::Relaxed);
+            let by_phdr = find_object(addr).expect("a loaded object holds it");
+            let fde_by_phdr = find_fde(addr);
+            DL_FIND_OBJECT.store(glibc, Ordering::Relaxed);
+            assert_eq!(by_glibc.eh_frame_hdr, by_phdr.eh_frame_hdr, "{addr:#x}");
+            assert_ne!(by_glibc.eh_frame_hdr, 0, "{addr:#x}: its object has a search table");
+            assert!(by_phdr.start <= addr && addr < by_phdr.end, "{addr:#x}: {by_phdr:?}");
+            assert!(by_glibc.start <= addr && addr < by_glibc.end, "{addr:#x}: {by_glibc:?}");
+            assert_ne!(fde, 0, "{addr:#x}: an FDE covers it");
+            assert_eq!(fde, fde_by_phdr, "{addr:#x}");
+            // SAFETY: fde is a loaded object's FDE.
+            let rule = unsafe { run_fde(fde, addr) };
+            assert!(matches!(rule, Some(Rule::Frame { .. })), "{addr:#x}");
+        }
+        assert_eq!(find_object(16), None);
+        assert_eq!(find_fde(16), 0);
+    }
 
     #[test]
     fn rules_pack_and_unpack() {

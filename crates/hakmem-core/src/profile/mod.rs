@@ -115,6 +115,28 @@ impl Sampler {
     };
 }
 
+/// Whether the object holding hakmem has been initialised (its ELF
+/// constructor, `thread::process_init_at_load`, has run): no sample is
+/// recorded before. In a static executable glibc's own start-up allocates
+/// before its tables of loaded objects are built (`_dl_find_object`
+/// crashed on them half-built) and before libgcc has registered the
+/// executable's unwind tables (its walk aborted): an early sample killed
+/// a program that did nothing (found by review). Targets without the
+/// constructor start set.
+#[cfg(not(hakmem_loom))]
+static LOADED: AtomicBool = AtomicBool::new(!cfg!(target_os = "linux"));
+
+/// The constructor has run: samples may be recorded from now on.
+#[cfg(not(hakmem_loom))]
+pub(crate) fn loaded() {
+    #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+    cfi::loaded();
+    // Relaxed: a switch; what a sample's walk needs was set up by the
+    // loader and libc before any constructor ran (and the lookup above
+    // by this thread).
+    LOADED.store(true, Ordering::Relaxed);
+}
+
 /// Whether sampling is on (one relaxed load; the slow paths' test).
 #[inline(always)]
 pub(crate) fn active() -> bool {
@@ -366,6 +388,10 @@ pub(crate) unsafe fn alloc_sample(heap: *mut Heap, size: usize, zero: bool) -> *
 #[inline(never)]
 #[link_section = "hakmem_text"]
 pub(crate) unsafe fn record(heap: *mut Heap, p: *mut u8, size: usize) {
+    // Relaxed: see `loaded`.
+    if !LOADED.load(Ordering::Relaxed) {
+        return;
+    }
     let mut frames = [0usize; unwind::MAX_DEPTH];
     // SAFETY: the caller's guarantee: heap is ours (the busy flag keeps an
     // allocation made by the unwinder from recording a sample in turn),

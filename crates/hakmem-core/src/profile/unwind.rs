@@ -4,18 +4,21 @@
 //! pointers unwind as well as Rust programs. On x86-64 with glibc the
 //! profiler's own walk does it (cfi.rs: each return address's rule read
 //! once and cached, a few loads per frame); where that walk meets a frame
-//! it does not follow, and on other targets, libgcc's `_Unwind_Backtrace`
-//! walks the whole stack (about 1 500 instructions a frame).
+//! it does not follow, libgcc's `_Unwind_Backtrace` walks the whole stack
+//! (about 1 500 instructions a frame) if it safely can, else the stack
+//! ends there. Other targets have only libgcc's walk, and with it the
+//! risk below.
 //!
-//! Safe inside an allocator: both find a function's unwind table with
-//! libgcc's `_Unwind_Find_FDE` (with libgcc 12+ on glibc 2.35+, glibc's
-//! `_dl_find_object`: lock-free, no allocation; see cfi.rs for older
-//! pairs and JIT-registered code) and keep their state on the stack;
-//! nothing here takes a hakmem lock, so a `malloc` the unwinder might
-//! make (libgcc sorting the tables of an object registered with
-//! `__register_frame_info`, the first time) is an ordinary allocation (the
-//! heap's `busy` flag keeps it from being sampled in turn), and a `fork`
-//! or `dlopen` in another thread waits for nothing of ours.
+//! Safe inside an allocator: the own walk finds unwind tables without
+//! libgcc (cfi.rs) and keeps its state on the stack, and libgcc walks only
+//! a stack none of whose frames the own walk found lies in libgcc: a
+//! thread inside the unwinder may hold libgcc's lock (`libgcc_may_walk`).
+//! Nothing here takes a hakmem lock, so a `malloc` libgcc makes during
+//! its walk is an ordinary allocation (the heap's `busy` flag keeps it
+//! from being sampled in turn), and a `fork` or `dlopen` in another thread
+//! waits for nothing of ours. On targets without the own walk a sample
+//! taken inside libgcc (a C++ `throw` in a program with registered
+//! tables) can still wait for libgcc's lock.
 
 use crate::sync::plain::AtomicUsize;
 use crate::sync::Ordering;
@@ -99,12 +102,14 @@ pub(super) fn capture(frames: &mut [usize]) -> usize {
     // Relaxed: statistics counters.
     WALKS.fetch_add(1, Ordering::Relaxed);
     let len = match fast_walk(&mut all) {
-        Some(len) => len,
-        None => {
+        Ok(len) => len,
+        Err(walked) if libgcc_may_walk(&all[..walked]) => {
             // Relaxed: as above.
             LIBGCC_WALKS.fetch_add(1, Ordering::Relaxed);
             libgcc_walk(&mut all)
         }
+        // The stack as far as the own walk went.
+        Err(walked) => walked,
     };
     let ours = all[..len].iter().take_while(|&&ip| in_allocator(ip)).count();
     let kept = (len - ours).min(frames.len());
@@ -112,18 +117,47 @@ pub(super) fn capture(frames: &mut [usize]) -> usize {
     kept
 }
 
-/// The profiler's own walk with its cached rules (cfi.rs), where it
-/// follows every frame.
+/// The profiler's own walk with its cached rules (cfi.rs): the frames,
+/// or `Err` with those it found before a frame it does not follow.
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 #[inline(always)]
-fn fast_walk(frames: &mut [usize]) -> Option<usize> {
+fn fast_walk(frames: &mut [usize]) -> Result<usize, usize> {
     super::cfi::walk(frames)
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_env = "gnu")))]
 #[inline(always)]
-fn fast_walk(_frames: &mut [usize]) -> Option<usize> {
-    None
+fn fast_walk(_frames: &mut [usize]) -> Result<usize, usize> {
+    Err(0)
+}
+
+/// Whether libgcc may walk a stack whose inner frames are `walked`: not
+/// when one of them lies in libgcc itself. The thread is then inside the
+/// unwinder (a C++ `throw`, `backtrace()`), which may hold its lock and
+/// allocate under it (sorting the tables of code registered with
+/// `__register_frame`): libgcc's walk, asking for the lock again, would
+/// wait for good (found by review). Where libgcc is linked into the
+/// object holding hakmem (a static executable) its frames cannot be told
+/// from the program's: never there.
+#[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+fn libgcc_may_walk(walked: &[usize]) -> bool {
+    let find = super::cfi::find_object;
+    let (Some(libgcc), Some(ours)) = (
+        find(_Unwind_Backtrace as *const () as usize),
+        find(capture as *const () as usize),
+    ) else {
+        return false;
+    };
+    // A return address's call lies before it.
+    libgcc != ours
+        && !walked
+            .iter()
+            .any(|&ip| (libgcc.start..libgcc.end).contains(&ip.wrapping_sub(1)))
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_env = "gnu")))]
+fn libgcc_may_walk(_walked: &[usize]) -> bool {
+    true
 }
 
 /// libgcc's walk: every rule DWARF has, at about 1 500 instructions a
@@ -246,14 +280,18 @@ mod tests {
         assert_eq!(&again[4..m], &frames[4..n], "the real rule back");
     }
 
-    static IN_HANDLER: std::sync::Mutex<Option<(Option<usize>, usize)>> = std::sync::Mutex::new(None);
+    /// The own walk's result in the handler, whether libgcc may take over
+    /// there, and libgcc's frame count.
+    type InHandler = (Result<usize, usize>, bool, usize);
+    static IN_HANDLER: std::sync::Mutex<Option<InHandler>> = std::sync::Mutex::new(None);
 
     extern "C" fn on_signal(_: c_int) {
         let mut fast = [0usize; 80];
         let mut slow = [0usize; 80];
         let walked = super::super::cfi::walk(&mut fast);
+        let may = libgcc_may_walk(&fast[..walked.unwrap_or_else(|inner| inner)]);
         let m = libgcc_walk(&mut slow);
-        *IN_HANDLER.lock().unwrap() = Some((walked, m));
+        *IN_HANDLER.lock().unwrap() = Some((walked, may, m));
     }
 
     /// A signal frame (`__restore_rt`: the kernel's frame, a rule of
@@ -270,8 +308,9 @@ mod tests {
             assert_eq!(libc::sigaction(libc::SIGURG, &action, core::ptr::null_mut()), 0);
             assert_eq!(libc::raise(libc::SIGURG), 0);
         }
-        let (walked, m) = IN_HANDLER.lock().unwrap().take().expect("the handler ran");
-        assert_eq!(walked, None, "the walk gives way at the signal frame");
+        let (walked, may, m) = IN_HANDLER.lock().unwrap().take().expect("the handler ran");
+        assert!(walked.is_err(), "the walk gives way at the signal frame: {walked:?}");
+        assert!(may, "no frame of libgcc's among the walked ones: libgcc may walk");
         assert!(m > 6, "libgcc goes through it: {m} frames");
     }
 }

@@ -223,6 +223,7 @@ static PROCESS_INIT_AT_LOAD: extern "C" fn() = process_init_at_load;
 #[cfg(all(target_os = "linux", not(hakmem_loom)))]
 extern "C" fn process_init_at_load() {
     process_init();
+    crate::profile::loaded();
 }
 
 #[cfg(not(hakmem_loom))]

@@ -106,7 +106,7 @@ fn profiled(dir: &str, args: &[&str], env_value: &str) -> (PathBuf, support::Out
     }
     let mut command = Command::new(program());
     command
-        .args(args)
+        .args(args.iter().map(|a| a.replace("DIR", &dir.display().to_string())))
         .env("HAKMEM_PROFILE", env_value.replace("DIR", &dir.display().to_string()))
         .env("HAKMEM_STATS", "1");
     let outcome = run(command, true, Duration::from_secs(120));
@@ -256,6 +256,28 @@ fn the_library_exports_the_profile_functions() {
             text.lines().any(|l| l.ends_with(&format!(" T {f}"))),
             "{f} not exported"
         );
+    }
+}
+
+/// A dump that fails (here the file size limit) leaves the profile an
+/// earlier dump wrote whole: it is written beside it and renamed over it
+/// (before, the file was truncated and cut: gzip failed on it); a device
+/// (`/dev/null`) is written in place. The profile left is read back.
+#[test]
+fn a_failed_dump_leaves_the_last_profile_whole() {
+    let (dir, _) = profiled("profile-keep", &["keep", "DIR/kept.pb.gz"], ",rate=64k");
+    let kept = dir.join("kept.pb.gz");
+    let bytes = std::fs::read(&kept).expect("the first profile is there");
+    assert_eq!(&bytes[..2], &[0x1f, 0x8b], "a gzip file");
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .expect("read dir")
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, [std::ffi::OsString::from("kept.pb.gz")], "no temporary file left");
+    if let Some(go) = go() {
+        let sites = top(&go, &program(), &kept, "inuse_space");
+        assert!(value(&sites, "hold_big") > 0.0, "{sites:?}");
+        assert_eq!(value(&sites, "hold_small"), 0.0, "{sites:?}");
     }
 }
 

@@ -269,6 +269,35 @@ pub(crate) fn create_file(path: &core::ffi::CStr) -> Result<i32, i32> {
     }
 }
 
+/// Whether `path` (NUL-terminated) names a regular file or nothing: not a
+/// FIFO, a device, a directory or a symbolic link.
+pub(crate) fn is_regular_or_absent(path: &core::ffi::CStr) -> bool {
+    // SAFETY: `stat` is plain data, valid zeroed.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: path is NUL-terminated; st is ours for the call.
+    if unsafe { libc::lstat(path.as_ptr(), &mut st) } < 0 {
+        return errno() == libc::ENOENT;
+    }
+    st.st_mode & libc::S_IFMT == libc::S_IFREG
+}
+
+/// Renames `from` to `to` (both NUL-terminated), replacing `to`: the
+/// `errno` of a failure.
+pub(crate) fn rename(from: &core::ffi::CStr, to: &core::ffi::CStr) -> Result<(), i32> {
+    // SAFETY: both are NUL-terminated.
+    if unsafe { libc::rename(from.as_ptr(), to.as_ptr()) } < 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// Removes file `path` (NUL-terminated), if it can.
+pub(crate) fn remove_file(path: &core::ffi::CStr) {
+    // SAFETY: path is NUL-terminated.
+    unsafe { libc::unlink(path.as_ptr()) };
+}
+
 /// Writes all of `bytes` to `fd` (retrying short writes and `EINTR`).
 pub(crate) fn write_all(fd: i32, mut bytes: &[u8]) -> Result<(), i32> {
     while !bytes.is_empty() {

@@ -63,7 +63,10 @@ pub(crate) use sys::{at_exit, at_fork, for_each_env, thread_key_delete, ThreadKe
 // allocation (not through the fault-injection layer: a refused write is
 // reported to the caller of `dump` as it is).
 #[cfg(not(hakmem_loom))]
-pub(crate) use sys::{close, create_file, map_file, process_id, read_file, realtime_ns, unmap_file, write_all};
+pub(crate) use sys::{
+    close, create_file, is_regular_or_absent, map_file, process_id, read_file, realtime_ns, remove_file, rename,
+    unmap_file, write_all,
+};
 
 /// Creates a thread key whose `destructor` runs at a thread's exit for a
 /// value that is not null; None when the system has no key left.

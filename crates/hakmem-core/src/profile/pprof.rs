@@ -343,10 +343,33 @@ pub(super) fn dump(path: &[u8]) -> Result<(), DumpError> {
     let time = os::realtime_ns();
     encode(&mut out, maps, mappings, time)?;
 
-    let fd = os::create_file(c_path).map_err(DumpError::Io)?;
+    // A regular file (or none yet) is written beside itself and renamed
+    // over it, so a dump that fails (a full disk, a file size limit, a
+    // kill) leaves the profile there before whole (found by review: a
+    // truncated one). A FIFO, a device or a symbolic link is written in
+    // place, as is a path too long for the temporary name.
+    let mut pattern = [0u8; 4096 + 8];
+    pattern[..len].copy_from_slice(&name[..len]);
+    pattern[len..len + 7].copy_from_slice(b".%p.tmp");
+    let mut temp = [0u8; 4096];
+    let temp = match expand_path(&pattern[..len + 7], &mut temp) {
+        Some(n) if os::is_regular_or_absent(c_path) => core::ffi::CStr::from_bytes_with_nul(&temp[..=n]).ok(),
+        _ => None,
+    };
+    let fd = os::create_file(temp.unwrap_or(c_path)).map_err(DumpError::Io)?;
     let written = write_gzip(fd, out.as_slice());
     let closed = os::close(fd).map_err(DumpError::Io);
-    written.and(closed)
+    let result = written.and(closed);
+    match (temp, result) {
+        (Some(temp), Ok(())) => os::rename(temp, c_path)
+            .map_err(DumpError::Io)
+            .inspect_err(|_| os::remove_file(temp)),
+        (Some(temp), Err(e)) => {
+            os::remove_file(temp);
+            Err(e)
+        }
+        (None, result) => result,
+    }
 }
 
 /// What a dump knows of each executable mapping's file: its symbols,

@@ -7,7 +7,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -98,6 +102,42 @@ int main(int argc, char **argv) {
         }
         if (dump("") == 0) {
             fprintf(stderr, "an empty path was accepted\n");
+            return 1;
+        }
+    } else if (!strcmp(argv[1], "keep")) {
+        /* keep DUMP_PATH: a dump, then one that fails (the file size
+         * limit: EFBIG) must leave the first whole; a device is written in
+         * place. */
+        hold_big(COUNT / 4);
+        if (dump(argv[2]) != 0) {
+            perror("first hakmem_profile_dump");
+            return 1;
+        }
+        struct stat first;
+        if (stat(argv[2], &first) != 0 || first.st_size < 100) {
+            fprintf(stderr, "no first profile\n");
+            return 1;
+        }
+        hold_small(COUNT / 4);
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit limit = {64, 64};
+        if (setrlimit(RLIMIT_FSIZE, &limit) != 0) {
+            perror("setrlimit");
+            return 1;
+        }
+        errno = 0;
+        if (dump(argv[2]) == 0 || errno != EFBIG) {
+            fprintf(stderr, "the second dump did not fail with EFBIG: %s\n", strerror(errno));
+            return 1;
+        }
+        struct stat after;
+        if (stat(argv[2], &after) != 0 || after.st_size != first.st_size) {
+            fprintf(stderr, "the first profile changed: %lld bytes, then %lld\n", (long long)first.st_size,
+                    (long long)after.st_size);
+            return 1;
+        }
+        if (dump("/dev/null") != 0) {
+            perror("hakmem_profile_dump(/dev/null)");
             return 1;
         }
     } else if (!strcmp(argv[1], "threads")) {

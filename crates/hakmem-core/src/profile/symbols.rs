@@ -24,7 +24,30 @@ pub(super) struct Elf {
     /// The file's loadable segments: (offset, address, size in the file).
     loads: [(u64, u64, u64); 16],
     load_count: usize,
+    /// The function symbols sorted by address, in a mapping of their own
+    /// (null when it could not be had: each lookup then reads the whole
+    /// table, as a dump once did for every address, which took 18 s for a
+    /// program of 60 000 functions; found by review).
+    index: *mut Function,
+    index_len: usize,
+    index_bytes: usize,
 }
+
+/// A function symbol: its address, its size (at least 1) and its name's
+/// offset in the string table.
+#[derive(Clone, Copy)]
+struct Function {
+    value: u64,
+    size: u32,
+    name: u32,
+    /// Its place in the table: of several symbols at one address (aliases)
+    /// the first is the name, as the table has them.
+    order: u32,
+}
+
+/// Symbols before the one found that a lookup also tries (a function
+/// nested in another's range, as some assembly writes them).
+const BACK: usize = 16;
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(at..at.checked_add(2)?)?.try_into().ok()?))
@@ -41,12 +64,53 @@ impl Elf {
     /// little-endian ELF file with a symbol table.
     pub(super) fn open(path: &CStr) -> Option<Self> {
         let file = os::map_file(path)?;
-        let elf = Self::parse(file);
-        if elf.is_none() {
+        let Some(mut elf) = Self::parse(file) else {
             // SAFETY: mapped above, not used again.
             unsafe { os::unmap_file(file.0, file.1) };
+            return None;
+        };
+        elf.build_index();
+        Some(elf)
+    }
+
+    /// The function symbol at `i` of the table, if it is one.
+    fn function(&self, i: usize) -> Option<Function> {
+        let b = self.bytes();
+        // In bounds: `parse` checked the table lies in the file.
+        let s = self.syms.0 + i * 24;
+        let kind = *b.get(s + 4)? & 0xf;
+        if kind != STT_FUNC && kind != STT_GNU_IFUNC || u16_at(b, s + 6)? == 0 {
+            return None;
         }
-        elf
+        Some(Function {
+            value: u64_at(b, s + 8)?,
+            size: u64_at(b, s + 16)?.clamp(1, u64::from(u32::MAX)) as u32,
+            name: u32_at(b, s)?,
+            order: i as u32,
+        })
+    }
+
+    /// Sorts the function symbols into `index` (left null when no memory).
+    fn build_index(&mut self) {
+        let bytes = (self.syms.1 * core::mem::size_of::<Function>()).next_multiple_of(os::page_size());
+        if bytes == 0 {
+            return;
+        }
+        let base = os::map(bytes) as *mut Function;
+        if base.is_null() {
+            return;
+        }
+        let mut len = 0;
+        for i in 0..self.syms.1 {
+            if let Some(f) = self.function(i) {
+                // SAFETY: len < syms.1, the entries the mapping holds.
+                unsafe { base.add(len).write(f) };
+                len += 1;
+            }
+        }
+        // SAFETY: the first len entries were written above.
+        unsafe { core::slice::from_raw_parts_mut(base, len) }.sort_unstable_by_key(|f| (f.value, u32::MAX - f.order));
+        (self.index, self.index_len, self.index_bytes) = (base, len, bytes);
     }
 
     fn bytes(&self) -> &[u8] {
@@ -72,6 +136,9 @@ impl Elf {
             strs: (0, 0),
             loads: [(0, 0, 0); 16],
             load_count: 0,
+            index: core::ptr::null_mut(),
+            index_len: 0,
+            index_bytes: 0,
         };
         for i in 0..phnum {
             let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
@@ -112,22 +179,28 @@ impl Elf {
             .iter()
             .find(|&&(o, _, size)| o <= offset && offset - o < size)?;
         let addr = (offset - seg_off).wrapping_add(seg_addr);
-        let b = self.bytes();
+        let holds = |f: &Function| f.value <= addr && addr - f.value < u64::from(f.size);
         let mut best: Option<(u64, u32)> = None;
-        for i in 0..self.syms.1 {
-            // In bounds: `parse` checked the table lies in the file.
-            let s = self.syms.0 + i * 24;
-            let info = *b.get(s + 4)?;
-            let kind = info & 0xf;
-            if kind != STT_FUNC && kind != STT_GNU_IFUNC || u16_at(b, s + 6)? == 0 {
-                continue;
+        if self.index.is_null() {
+            for f in (0..self.syms.1).filter_map(|i| self.function(i)) {
+                if holds(&f) && best.is_none_or(|(v, _)| f.value > v) {
+                    best = Some((f.value, f.name));
+                }
             }
-            let value = u64_at(b, s + 8)?;
-            let size = u64_at(b, s + 16)?.max(1);
-            if value <= addr && addr - value < size && best.is_none_or(|(v, _)| value > v) {
-                best = Some((value, u32_at(b, s)?));
-            }
+        } else {
+            // SAFETY: build_index wrote index_len entries, alive while self is.
+            let index = unsafe { core::slice::from_raw_parts(self.index, self.index_len) };
+            // The symbols from the last one at or below addr back: the first
+            // that holds it is the one with the highest address (of aliases,
+            // the first in the table: sorted last among them).
+            let end = index.partition_point(|f| f.value <= addr);
+            best = index[end.saturating_sub(BACK)..end]
+                .iter()
+                .rev()
+                .find(|f| holds(f))
+                .map(|f| (f.value, f.name));
         }
+        let b = self.bytes();
         let name_at = self.strs.0.checked_add(best?.1 as usize)?;
         let rest = b.get(name_at..self.strs.0 + self.strs.1)?;
         let len = rest.iter().position(|&c| c == 0)?;
@@ -139,6 +212,10 @@ impl Drop for Elf {
     fn drop(&mut self) {
         // SAFETY: mapped by `open`, no longer used.
         unsafe { os::unmap_file(self.file.0, self.file.1) };
+        if !self.index.is_null() {
+            // SAFETY: mapped by `build_index` with this size, no longer used.
+            unsafe { os::unmap(self.index.cast(), self.index_bytes) };
+        }
     }
 }
 
@@ -146,6 +223,46 @@ impl Drop for Elf {
 mod tests {
     extern crate std;
     use super::*;
+
+    /// The sorted index names every address of this test program's
+    /// functions (start, middle, last byte) as a scan of the whole table
+    /// does.
+    #[test]
+    fn the_index_names_what_the_whole_table_names() {
+        let exe = std::env::current_exe().unwrap();
+        let path = std::ffi::CString::new(exe.to_str().unwrap()).unwrap();
+        let mut elf = Elf::open(&path).expect("the test binary is an ELF file with symbols");
+        assert!(
+            !elf.index.is_null() && elf.index_len > 1000,
+            "{} functions",
+            elf.index_len
+        );
+        let to_offset = |elf: &Elf, addr: u64| {
+            elf.loads[..elf.load_count]
+                .iter()
+                .find(|&&(_, a, size)| a <= addr && addr - a < size)
+                .map(|&(o, a, _)| addr - a + o)
+        };
+        let index = elf.index;
+        let mut compared = 0;
+        for i in (0..elf.syms.1).step_by(3) {
+            let Some(f) = elf.function(i) else { continue };
+            for addr in [
+                f.value,
+                f.value + u64::from(f.size) / 2,
+                f.value + u64::from(f.size) - 1,
+            ] {
+                let Some(offset) = to_offset(&elf, addr) else { continue };
+                let by_index = elf.function_at(offset).map(<[u8]>::to_vec);
+                elf.index = core::ptr::null_mut();
+                let by_scan = elf.function_at(offset).map(<[u8]>::to_vec);
+                elf.index = index;
+                assert_eq!(by_index, by_scan, "address {addr:#x}");
+                compared += 1;
+            }
+        }
+        assert!(compared > 1000, "{compared} addresses");
+    }
 
     /// This test program's own code is found by name in its file.
     #[test]

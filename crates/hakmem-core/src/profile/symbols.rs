@@ -43,11 +43,23 @@ struct Function {
     /// Its place in the table: of several symbols at one address (aliases)
     /// the first is the name, as the table has them.
     order: u32,
+    /// The highest end (address + size) of this symbol and every one
+    /// sorted before it: a lookup walking back stops where it falls to
+    /// the address sought (a function may hold others in its range, as
+    /// hand-written assembly's local symbols are).
+    reach: u64,
 }
 
-/// Symbols before the one found that a lookup also tries (a function
-/// nested in another's range, as some assembly writes them).
-const BACK: usize = 16;
+/// The symbol of `index` (sorted by address, `reach` filled) holding
+/// `addr` with the highest address, if any.
+fn search(index: &[Function], addr: u64) -> Option<&Function> {
+    let end = index.partition_point(|f| f.value <= addr);
+    index[..end]
+        .iter()
+        .rev()
+        .take_while(|f| f.reach > addr)
+        .find(|f| addr - f.value < u64::from(f.size))
+}
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(at..at.checked_add(2)?)?.try_into().ok()?))
@@ -87,6 +99,7 @@ impl Elf {
             size: u64_at(b, s + 16)?.clamp(1, u64::from(u32::MAX)) as u32,
             name: u32_at(b, s)?,
             order: i as u32,
+            reach: 0,
         })
     }
 
@@ -109,7 +122,13 @@ impl Elf {
             }
         }
         // SAFETY: the first len entries were written above.
-        unsafe { core::slice::from_raw_parts_mut(base, len) }.sort_unstable_by_key(|f| (f.value, u32::MAX - f.order));
+        let index = unsafe { core::slice::from_raw_parts_mut(base, len) };
+        index.sort_unstable_by_key(|f| (f.value, u32::MAX - f.order));
+        let mut reach = 0;
+        for f in index.iter_mut() {
+            reach = reach.max(f.value.saturating_add(u64::from(f.size)));
+            f.reach = reach;
+        }
         (self.index, self.index_len, self.index_bytes) = (base, len, bytes);
     }
 
@@ -190,15 +209,7 @@ impl Elf {
         } else {
             // SAFETY: build_index wrote index_len entries, alive while self is.
             let index = unsafe { core::slice::from_raw_parts(self.index, self.index_len) };
-            // The symbols from the last one at or below addr back: the first
-            // that holds it is the one with the highest address (of aliases,
-            // the first in the table: sorted last among them).
-            let end = index.partition_point(|f| f.value <= addr);
-            best = index[end.saturating_sub(BACK)..end]
-                .iter()
-                .rev()
-                .find(|f| holds(f))
-                .map(|f| (f.value, f.name));
+            best = search(index, addr).map(|f| (f.value, f.name));
         }
         let b = self.bytes();
         let name_at = self.strs.0.checked_add(best?.1 as usize)?;
@@ -262,6 +273,37 @@ mod tests {
             }
         }
         assert!(compared > 1000, "{compared} addresses");
+    }
+
+    /// A function holding 20 others in its range (local symbols of
+    /// hand-written assembly) is found past them; between functions and
+    /// past the last nothing is; of aliases the first in the table.
+    #[test]
+    fn a_function_is_found_past_the_ones_it_holds() {
+        let f = |value: u64, size: u32, order: u32| Function {
+            value,
+            size,
+            name: order,
+            order,
+            reach: 0,
+        };
+        let mut index = std::vec![f(0x1000, 0x10, 0), f(0x2000, 0x100, 1)];
+        index.extend((0..20).map(|k| f(0x2010 + k, 1, 2 + k as u32)));
+        index.extend([f(0x3000, 0x10, 30), f(0x3000, 0x10, 31), f(0x4000, 0x10, 40)]);
+        index.sort_unstable_by_key(|f| (f.value, u32::MAX - f.order));
+        let mut reach = 0;
+        for f in index.iter_mut() {
+            reach = reach.max(f.value + u64::from(f.size));
+            f.reach = reach;
+        }
+        let name = |addr| search(&index, addr).map(|f| f.name);
+        assert_eq!(name(0x2080), Some(1), "the outer function, 20 symbols back");
+        assert_eq!(name(0x2012), Some(4), "an inner one");
+        assert_eq!(name(0x1008), Some(0));
+        assert_eq!(name(0x1010), None, "between functions");
+        assert_eq!(name(0x500), None, "before the first");
+        assert_eq!(name(0x3004), Some(30), "of aliases, the first in the table");
+        assert_eq!(name(0x4010), None, "past the last");
     }
 
     /// This test program's own code is found by name in its file.

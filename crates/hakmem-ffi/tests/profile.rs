@@ -261,8 +261,10 @@ fn the_library_exports_the_profile_functions() {
 
 /// A dump that fails (here the file size limit) leaves the profile an
 /// earlier dump wrote whole: it is written beside it and renamed over it
-/// (before, the file was truncated and cut: gzip failed on it); a device
-/// (`/dev/null`) is written in place. The profile left is read back.
+/// (before, the file was truncated and cut: gzip failed on it), with the
+/// permissions the program gave it; 4 threads dumping to the same path at
+/// once all succeed; a device (`/dev/null`) is written in place. The
+/// profile left (the threads') is read back.
 #[test]
 fn a_failed_dump_leaves_the_last_profile_whole() {
     let (dir, _) = profiled("profile-keep", &["keep", "DIR/kept.pb.gz"], ",rate=64k");
@@ -277,7 +279,7 @@ fn a_failed_dump_leaves_the_last_profile_whole() {
     if let Some(go) = go() {
         let sites = top(&go, &program(), &kept, "inuse_space");
         assert!(value(&sites, "hold_big") > 0.0, "{sites:?}");
-        assert_eq!(value(&sites, "hold_small"), 0.0, "{sites:?}");
+        assert!(value(&sites, "hold_small") > 0.0, "{sites:?}");
     }
 }
 

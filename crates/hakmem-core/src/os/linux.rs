@@ -269,16 +269,48 @@ pub(crate) fn create_file(path: &core::ffi::CStr) -> Result<i32, i32> {
     }
 }
 
-/// Whether `path` (NUL-terminated) names a regular file or nothing: not a
-/// FIFO, a device, a directory or a symbolic link.
-pub(crate) fn is_regular_or_absent(path: &core::ffi::CStr) -> bool {
+/// How a profile may replace file `path` (NUL-terminated): `Some(mode)`
+/// when it names nothing (`mode` 0o644) or a regular file of the calling
+/// user with one link (`mode` its permission bits), so that a new file
+/// renamed over it loses nothing; `None` for anything else (a FIFO, a
+/// device, a directory, a symbolic link, another user's file, a file with
+/// hard links), which is written in place.
+pub(crate) fn replaceable(path: &core::ffi::CStr) -> Option<u32> {
     // SAFETY: `stat` is plain data, valid zeroed.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: path is NUL-terminated; st is ours for the call.
     if unsafe { libc::lstat(path.as_ptr(), &mut st) } < 0 {
-        return errno() == libc::ENOENT;
+        return (errno() == libc::ENOENT).then_some(0o644);
     }
-    st.st_mode & libc::S_IFMT == libc::S_IFREG
+    // SAFETY: geteuid has no preconditions.
+    let mine = st.st_uid == unsafe { libc::geteuid() };
+    (st.st_mode & libc::S_IFMT == libc::S_IFREG && mine && st.st_nlink == 1).then_some(st.st_mode & 0o7777)
+}
+
+/// Creates file `path` (NUL-terminated) for writing with permission bits
+/// `mode` exactly (the umask aside), failing if anything is there already
+/// (a symbolic link included): the descriptor, or the `errno` of the
+/// failure.
+pub(crate) fn create_new_file(path: &core::ffi::CStr, mode: u32) -> Result<i32, i32> {
+    // SAFETY: path is NUL-terminated.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: fd was opened above.
+    if unsafe { libc::fchmod(fd, mode as libc::mode_t) } < 0 {
+        let e = errno();
+        // SAFETY: as above; the file is removed by the caller.
+        unsafe { libc::close(fd) };
+        return Err(e);
+    }
+    Ok(fd)
 }
 
 /// Renames `from` to `to` (both NUL-terminated), replacing `to`: the

@@ -64,8 +64,8 @@ pub(crate) use sys::{at_exit, at_fork, for_each_env, thread_key_delete, ThreadKe
 // reported to the caller of `dump` as it is).
 #[cfg(not(hakmem_loom))]
 pub(crate) use sys::{
-    close, create_file, is_regular_or_absent, map_file, process_id, read_file, realtime_ns, remove_file, rename,
-    unmap_file, write_all,
+    close, create_file, create_new_file, map_file, process_id, read_file, realtime_ns, remove_file, rename,
+    replaceable, unmap_file, write_all,
 };
 
 /// Creates a thread key whose `destructor` runs at a thread's exit for a

@@ -20,6 +20,8 @@ use super::symbols::Elf;
 use super::table::{self, Stack};
 use super::{math, DumpError};
 use crate::os;
+use crate::sync::plain::AtomicUsize;
+use crate::sync::Ordering;
 use core::ffi::CStr;
 
 /// Functions pprof drops from every stack, with all they call (a full
@@ -343,33 +345,71 @@ pub(super) fn dump(path: &[u8]) -> Result<(), DumpError> {
     let time = os::realtime_ns();
     encode(&mut out, maps, mappings, time)?;
 
-    // A regular file (or none yet) is written beside itself and renamed
-    // over it, so a dump that fails (a full disk, a file size limit, a
-    // kill) leaves the profile there before whole (found by review: a
-    // truncated one). A FIFO, a device or a symbolic link is written in
-    // place, as is a path too long for the temporary name.
-    let mut pattern = [0u8; 4096 + 8];
-    pattern[..len].copy_from_slice(&name[..len]);
-    pattern[len..len + 7].copy_from_slice(b".%p.tmp");
-    let mut temp = [0u8; 4096];
-    let temp = match expand_path(&pattern[..len + 7], &mut temp) {
-        Some(n) if os::is_regular_or_absent(c_path) => core::ffi::CStr::from_bytes_with_nul(&temp[..=n]).ok(),
-        _ => None,
+    // A regular file of ours (or none yet) is written beside itself and
+    // renamed over it, so a dump that fails (a full disk, a file size
+    // limit, a kill) leaves the profile there before whole (found by
+    // review: a truncated one). The new file gets the old one's
+    // permissions; its name is unique to this dump and opened only if
+    // nothing is there (no symbolic link followed). Anything else is
+    // written in place, as before: another user's file, a file with hard
+    // links, a FIFO, a device, a symbolic link, and a path where the
+    // temporary file cannot be made (a directory we cannot write, a name
+    // too long).
+    let mut temp_name = [0u8; 4096];
+    let temp = os::replaceable(c_path).and_then(|mode| {
+        let n = temp_path(&name[..len], &mut temp_name)?;
+        let temp = core::ffi::CStr::from_bytes_with_nul(&temp_name[..=n]).ok()?;
+        Some((temp, os::create_new_file(temp, mode).ok()?))
+    });
+    let fd = match temp {
+        Some((_, fd)) => fd,
+        None => os::create_file(c_path).map_err(DumpError::Io)?,
     };
-    let fd = os::create_file(temp.unwrap_or(c_path)).map_err(DumpError::Io)?;
     let written = write_gzip(fd, out.as_slice());
     let closed = os::close(fd).map_err(DumpError::Io);
     let result = written.and(closed);
     match (temp, result) {
-        (Some(temp), Ok(())) => os::rename(temp, c_path)
+        (Some((temp, _)), Ok(())) => os::rename(temp, c_path)
             .map_err(DumpError::Io)
             .inspect_err(|_| os::remove_file(temp)),
-        (Some(temp), Err(e)) => {
+        (Some((temp, _)), Err(e)) => {
             os::remove_file(temp);
             Err(e)
         }
         (None, result) => result,
     }
+}
+
+/// `path.<pid>.<n>.tmp` in `out`, NUL-terminated, `n` counting this
+/// process's dumps (so that two threads dumping at once do not share a
+/// name): its length, or None when it does not fit.
+fn temp_path(path: &[u8], out: &mut [u8; 4096]) -> Option<usize> {
+    static DUMPS: AtomicUsize = AtomicUsize::new(0);
+    // Relaxed: only the count's uniqueness matters.
+    let n = DUMPS.fetch_add(1, Ordering::Relaxed);
+    let mut at = 0;
+    let mut put = |bytes: &[u8]| -> Option<()> {
+        out.get_mut(at..at + bytes.len())?.copy_from_slice(bytes);
+        at += bytes.len();
+        Some(())
+    };
+    put(path)?;
+    for (sep, mut value) in [(b'.', os::process_id() as usize), (b'.', n)] {
+        put(&[sep])?;
+        let mut digits = [0u8; 20];
+        let mut d = digits.len();
+        loop {
+            d -= 1;
+            digits[d] = b'0' + (value % 10) as u8;
+            value /= 10;
+            if value == 0 {
+                break;
+            }
+        }
+        put(&digits[d..])?;
+    }
+    put(b".tmp\0")?;
+    Some(at - 1)
 }
 
 /// What a dump knows of each executable mapping's file: its symbols,

@@ -53,6 +53,17 @@ static int dump(const char *path) {
     return fn(path);
 }
 
+/* Dumps to the path `arg` 10 times: NULL when all succeeded. */
+static void *dump_often(void *arg) {
+    for (int i = 0; i < 10; i++) {
+        if (dump(arg) != 0) {
+            perror("hakmem_profile_dump from a thread");
+            return arg;
+        }
+    }
+    return NULL;
+}
+
 /* Threads: each makes blocks that main frees after joining it, and keeps
  * others live. */
 #define PRODUCED 20000
@@ -105,22 +116,26 @@ int main(int argc, char **argv) {
             return 1;
         }
     } else if (!strcmp(argv[1], "keep")) {
-        /* keep DUMP_PATH: a dump, then one that fails (the file size
-         * limit: EFBIG) must leave the first whole; a device is written in
-         * place. */
+        /* keep DUMP_PATH: a dump; one that fails (the file size limit:
+         * EFBIG) must leave it whole, with the permissions given to it;
+         * one that succeeds keeps those; 4 threads dumping to the path at
+         * once all succeed; a device is written in place. */
         hold_big(COUNT / 4);
         if (dump(argv[2]) != 0) {
             perror("first hakmem_profile_dump");
             return 1;
         }
         struct stat first;
-        if (stat(argv[2], &first) != 0 || first.st_size < 100) {
+        if (chmod(argv[2], 0600) != 0 || stat(argv[2], &first) != 0 || first.st_size < 100) {
             fprintf(stderr, "no first profile\n");
             return 1;
         }
         hold_small(COUNT / 4);
         signal(SIGXFSZ, SIG_IGN);
-        struct rlimit limit = {64, 64};
+        struct rlimit limit;
+        getrlimit(RLIMIT_FSIZE, &limit);
+        rlim_t soft = limit.rlim_cur;
+        limit.rlim_cur = 64;
         if (setrlimit(RLIMIT_FSIZE, &limit) != 0) {
             perror("setrlimit");
             return 1;
@@ -131,9 +146,30 @@ int main(int argc, char **argv) {
             return 1;
         }
         struct stat after;
-        if (stat(argv[2], &after) != 0 || after.st_size != first.st_size) {
-            fprintf(stderr, "the first profile changed: %lld bytes, then %lld\n", (long long)first.st_size,
-                    (long long)after.st_size);
+        if (stat(argv[2], &after) != 0 || after.st_size != first.st_size || (after.st_mode & 07777) != 0600) {
+            fprintf(stderr, "the first profile changed: %lld bytes, then %lld (mode %o)\n",
+                    (long long)first.st_size, (long long)after.st_size, (unsigned)(after.st_mode & 07777));
+            return 1;
+        }
+        limit.rlim_cur = soft;
+        if (setrlimit(RLIMIT_FSIZE, &limit) != 0) {
+            perror("setrlimit");
+            return 1;
+        }
+        pthread_t th[4];
+        for (long t = 0; t < 4; t++) {
+            pthread_create(&th[t], NULL, dump_often, argv[2]);
+        }
+        for (int t = 0; t < 4; t++) {
+            void *failed;
+            pthread_join(th[t], &failed);
+            if (failed != NULL) {
+                fprintf(stderr, "a dump from a thread failed\n");
+                return 1;
+            }
+        }
+        if (stat(argv[2], &after) != 0 || (after.st_mode & 07777) != 0600) {
+            fprintf(stderr, "the permissions of the profile changed\n");
             return 1;
         }
         if (dump("/dev/null") != 0) {

@@ -210,13 +210,20 @@ static DL_FIND_OBJECT: AtomicUsize = AtomicUsize::new(0);
 
 /// Looks `_dl_find_object` up (from the load-time constructor: `dlsym`
 /// then takes the loader's lock this thread already holds, if any).
+#[cfg_attr(feature = "secure", allow(dead_code))]
 pub(super) fn loaded() {
     // SAFETY: a lookup by a NUL-terminated name.
     let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr()) };
     // Relaxed: a plain value, set before any sample is recorded (the
     // samples' own switch, profile::LOADED, is stored after it by the
     // same thread, and a sample that reads 0 takes the slower path).
-    DL_FIND_OBJECT.store(f as usize, Ordering::Relaxed);
+    // `black_box`: the call must return here, never be a tail call.
+    // `dlsym` finds `RTLD_DEFAULT`'s scope from its caller's address;
+    // jumped to from the constructor, its caller was the loader's
+    // `call_init`, and the lookup crashed every program the secure
+    // library was preloaded into (where the stores, unread, had gone:
+    // found by the fresh-clone run).
+    DL_FIND_OBJECT.store(core::hint::black_box(f) as usize, Ordering::Relaxed);
 }
 
 /// glibc's `struct dl_find_object` on x86-64 (`<dlfcn.h>`), with room to

@@ -129,7 +129,8 @@ static LOADED: AtomicBool = AtomicBool::new(!cfg!(target_os = "linux"));
 /// The constructor has run: samples may be recorded from now on.
 #[cfg(not(hakmem_loom))]
 pub(crate) fn loaded() {
-    #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+    // The secure build never samples.
+    #[cfg(all(target_arch = "x86_64", target_env = "gnu", not(feature = "secure")))]
     cfi::loaded();
     // Relaxed: a switch; what a sample's walk needs was set up by the
     // loader and libc before any constructor ran (and the lookup above

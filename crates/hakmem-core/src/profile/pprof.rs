@@ -355,11 +355,10 @@ pub(super) fn dump(path: &[u8]) -> Result<(), DumpError> {
     // links, a FIFO, a device, a symbolic link, and a path where the
     // temporary file cannot be made (a directory we cannot write, a name
     // too long).
-    let mut temp_name = [0u8; 4096];
-    let temp = os::replaceable(c_path).and_then(|mode| {
-        let n = temp_path(&name[..len], &mut temp_name)?;
-        let temp = core::ffi::CStr::from_bytes_with_nul(&temp_name[..=n]).ok()?;
-        Some((temp, os::create_new_file(temp, mode).ok()?))
+    let temp_name = os::replaceable(c_path).and_then(|mode| Some((temp_path(&name[..len])?, mode)));
+    let temp = temp_name.as_ref().and_then(|(name, mode)| {
+        let temp = core::ffi::CStr::from_bytes_with_nul(name.as_bytes()).ok()?;
+        Some((temp, os::create_new_file(temp, *mode).ok()?))
     });
     let fd = match temp {
         Some((_, fd)) => fd,
@@ -380,36 +379,22 @@ pub(super) fn dump(path: &[u8]) -> Result<(), DumpError> {
     }
 }
 
-/// `path.<pid>.<n>.tmp` in `out`, NUL-terminated, `n` counting this
-/// process's dumps (so that two threads dumping at once do not share a
-/// name): its length, or None when it does not fit.
-fn temp_path(path: &[u8], out: &mut [u8; 4096]) -> Option<usize> {
+/// `path.<pid>.<n>.tmp`, NUL-terminated, `n` counting this process's
+/// dumps (so that two threads dumping at once do not share a name); None
+/// when it does not fit in a path.
+fn temp_path(path: &[u8]) -> Option<os::StackText<4096>> {
     static DUMPS: AtomicUsize = AtomicUsize::new(0);
     // Relaxed: only the count's uniqueness matters.
     let n = DUMPS.fetch_add(1, Ordering::Relaxed);
-    let mut at = 0;
-    let mut put = |bytes: &[u8]| -> Option<()> {
-        out.get_mut(at..at + bytes.len())?.copy_from_slice(bytes);
-        at += bytes.len();
-        Some(())
-    };
-    put(path)?;
-    for (sep, mut value) in [(b'.', os::process_id() as usize), (b'.', n)] {
-        put(&[sep])?;
-        let mut digits = [0u8; 20];
-        let mut d = digits.len();
-        loop {
-            d -= 1;
-            digits[d] = b'0' + (value % 10) as u8;
-            value /= 10;
-            if value == 0 {
-                break;
-            }
-        }
-        put(&digits[d..])?;
-    }
-    put(b".tmp\0")?;
-    Some(at - 1)
+    let mut name = os::StackText::<4096>::new();
+    name.push(path);
+    name.push(b".");
+    name.push_usize(os::process_id() as usize);
+    name.push(b".");
+    name.push_usize(n);
+    name.push(b".tmp\0");
+    // Cut short, it would have lost its NUL (or more).
+    (name.as_bytes().last() == Some(&0) && name.as_bytes().len() < 4096).then_some(name)
 }
 
 /// What a dump knows of each executable mapping's file: its symbols,

@@ -15,9 +15,12 @@
 //! block) or free, and dirty (may hold resident pages) or clean. A request
 //! takes the window of free units that would fault the fewest pages: at
 //! either end of each free run, the run's length breaking ties (the
-//! smallest, to keep long runs whole). Free dirty units are purged
-//! (`MADV_DONTNEED`) after the purge delay, or at once when they exceed
-//! the huge cache's byte limit; purging never splits the region's mapping.
+//! smallest, to keep long runs whole). A free dirty unit is purged
+//! (`MADV_DONTNEED`) once it has been free for the purge delay (each
+//! unit's own: a block freed just before another's deadline keeps its
+//! pages for the next request), or at once when the free dirty units
+//! exceed the huge cache's byte limit; purging never splits the region's
+//! mapping.
 //!
 //! A block's header is written at its first unit, as any huge segment's,
 //! with `huge_region` naming its region. A freed block's header stays in
@@ -68,7 +71,15 @@ struct Region {
     used: u128,
     /// Units that may hold resident pages.
     dirty: u128,
-    /// When the free dirty units are due for purging (ms; 0: none).
+    /// Free units a purge gave back to the OS and no block has taken
+    /// since: taking one faults its pages in again, which is what the
+    /// adaptive policy weighs against the purge (`policy::recommitted`).
+    purged: u128,
+    /// When each unit was last freed (ms; meaningful for free dirty units):
+    /// a unit is purged once it has been free for the purge delay, not
+    /// with the others at a deadline its block's free came just before.
+    freed_at: [u64; REGION_UNITS],
+    /// When the earliest free dirty unit is due for purging (ms; 0: none).
     purge_at: u64,
     /// Units mapped again after a block moved out (`move_out`): kernel
     /// mappings of their own.
@@ -81,6 +92,8 @@ const EMPTY: Region = Region {
     units: 0,
     used: 0,
     dirty: 0,
+    purged: 0,
+    freed_at: [0; REGION_UNITS],
     purge_at: 0,
     split: 0,
 };
@@ -156,7 +169,7 @@ fn best_in(r: &Region, n: usize) -> Option<(usize, u32, u32)> {
 /// zero), or `None` when the regions are full and no new one can be
 /// mapped.
 pub(crate) fn alloc(n: usize) -> Option<(*mut u8, bool)> {
-    let (region, segment, dirty) = take(n)?;
+    let (region, segment, dirty, back) = take(n)?;
     // Headers of freed blocks in these units leave the map before the
     // units are written (the first one gets this block's header).
     for unit in 0..n {
@@ -196,6 +209,9 @@ pub(crate) fn alloc(n: usize) -> Option<(*mut u8, bool)> {
     if clean != 0 {
         crate::policy::huge_mapped(clean * UNIT);
     }
+    if back != 0 {
+        crate::policy::recommitted(back as usize * UNIT);
+    }
     map_set(segment, true);
     Some((p, zero))
 }
@@ -206,8 +222,9 @@ global! {
 }
 
 /// Takes `n` free units: (region, the address of the first, how many of
-/// them were dirty). Maps a new region when none has room.
-fn take(n: usize) -> Option<(usize, *mut Segment, u32)> {
+/// them were dirty, how many a purge had given back). Maps a new region
+/// when none has room.
+fn take(n: usize) -> Option<(usize, *mut Segment, u32, u32)> {
     loop {
         ARENA.lock.lock();
         // SAFETY: the lock is held.
@@ -229,9 +246,11 @@ fn take(n: usize) -> Option<(usize, *mut Segment, u32)> {
                 let w = window(at, n);
                 let r = &mut regions[i];
                 let dirty = (w & r.dirty).count_ones();
+                let back = (w & r.purged).count_ones();
                 r.used |= w;
                 r.dirty |= w;
-                (i, (r.base + at * UNIT) as *mut Segment, dirty)
+                r.purged &= !w;
+                (i, (r.base + at * UNIT) as *mut Segment, dirty, back)
             })
         };
         // SAFETY: the lock is held.
@@ -314,9 +333,9 @@ pub(crate) unsafe fn free(segment: *mut Segment, delay: i64) {
 }
 
 /// Frees units `units` of region `region` (a freed block's, or the tail a
-/// shrinking block gave back): due for purging after `delay` ms, at once
-/// when the delay is 0 or the free dirty units exceed the huge cache's
-/// limit.
+/// shrinking block gave back): purged once free for `delay` ms
+/// (`Region::freed_at`), at once when the delay is 0 or the free dirty
+/// units exceed the huge cache's limit.
 fn release(region: usize, units: u128, delay: i64) {
     let now = if delay > 0 { os::now_ms() } else { 0 };
     ARENA.lock.lock();
@@ -325,6 +344,11 @@ fn release(region: usize, units: u128, delay: i64) {
         let regions = &mut *ARENA.regions.get();
         let r = &mut regions[region];
         r.used &= !units;
+        let mut rest = units;
+        while rest != 0 {
+            r.freed_at[rest.trailing_zeros() as usize] = now;
+            rest &= rest - 1;
+        }
         if delay > 0 && r.purge_at == 0 {
             r.purge_at = now + delay as u64;
             GLOBAL_PURGE_AT.fetch_min(r.purge_at, Ordering::Relaxed);
@@ -338,7 +362,7 @@ fn release(region: usize, units: u128, delay: i64) {
     ARENA.lock.unlock();
     if delay == 0 || over || crate::segment::arena::NO_CACHES {
         let done = crate::segment::purge::try_purge_now(|| {
-            let purged = purge_region(region);
+            let purged = purge_region(region, true);
             if over {
                 crate::policy::huge_evicted(purged);
             }
@@ -355,14 +379,18 @@ fn release(region: usize, units: u128, delay: i64) {
     }
 }
 
-/// Purges the free dirty units of region `region`; returns the bytes.
+/// Purges the free dirty units of region `region` that have been free
+/// for the purge delay (`all`: every free dirty unit), and sets the
+/// region's deadline for the others; returns the bytes purged.
 ///
 /// Units whose purge the OS refuses (locked memory, a sandbox) stay dirty
 /// (a block taken there is not zero), and the freed headers on them go
 /// back into the map (their double frees are still reported); they are
 /// not tried again until used and freed once more. A region left with no
 /// live block is unmapped whatever its purges did.
-fn purge_region(region: usize) -> usize {
+fn purge_region(region: usize, all: bool) -> usize {
+    let delay = crate::policy::purge_delay_ms();
+    let now = if all { 0 } else { os::now_ms() };
     ARENA.lock.lock();
     // SAFETY: the lock is held. The units are marked used while the purge
     // runs, so that no one takes them meanwhile.
@@ -372,9 +400,29 @@ fn purge_region(region: usize) -> usize {
             ARENA.lock.unlock();
             return 0;
         }
-        let units = !r.used & r.dirty;
-        r.used |= units;
+        let free_dirty = !r.used & r.dirty;
+        let mut units = free_dirty;
         r.purge_at = 0;
+        if !all && delay > 0 {
+            // Only those free for the delay; the earliest of the others
+            // sets the next deadline.
+            let mut next = u64::MAX;
+            let mut rest = free_dirty;
+            while rest != 0 {
+                let unit = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                let due = r.freed_at[unit].saturating_add(delay as u64);
+                if due > now {
+                    units &= !(1 << unit);
+                    next = next.min(due);
+                }
+            }
+            if next != u64::MAX {
+                r.purge_at = next;
+                GLOBAL_PURGE_AT.fetch_min(next, Ordering::Relaxed);
+            }
+        }
+        r.used |= units;
         (r.base, units)
     };
     ARENA.lock.unlock();
@@ -415,6 +463,7 @@ fn purge_region(region: usize) -> usize {
         let r = &mut (*ARENA.regions.get())[region];
         r.used &= !units;
         r.dirty &= !purged;
+        r.purged |= purged;
         let past = if r.units == REGION_UNITS {
             0
         } else {
@@ -474,7 +523,7 @@ pub(crate) fn purge_due(now: u64, force: bool) -> u64 {
     while due != 0 {
         let i = due.trailing_zeros() as usize;
         due &= due - 1;
-        purge_region(i);
+        purge_region(i, force);
     }
     next
 }
@@ -528,15 +577,20 @@ pub(crate) unsafe fn resize_in_place(segment: *mut Segment, new_total: usize) ->
             None
         } else {
             let dirty = (r.dirty & added).count_ones();
+            let back = (r.purged & added).count_ones();
             r.used |= added;
             r.dirty |= added;
-            Some(dirty)
+            r.purged &= !added;
+            Some((dirty, back))
         }
     };
     ARENA.lock.unlock();
-    let Some(dirty) = dirty else {
+    let Some((dirty, back)) = dirty else {
         return false;
     };
+    if back != 0 {
+        crate::policy::recommitted(back as usize * UNIT);
+    }
     for unit in n..m {
         let s = (segment as usize + unit * UNIT) as *mut Segment;
         if is_segment(s) {
@@ -587,6 +641,7 @@ pub(crate) unsafe fn move_out(segment: *mut Segment, new_total: usize) -> *mut S
     unsafe {
         let r = &mut (*ARENA.regions.get())[region];
         r.dirty &= !window(start, n);
+        r.purged &= !window(start, n);
         r.split |= window(start, n);
         if refilled {
             r.used &= !window(start, n);

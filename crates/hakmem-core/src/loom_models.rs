@@ -189,7 +189,7 @@ fn block_came_back(p: SendPtr<u8>) {
             "a mapped segment was abandoned"
         );
         let heap = crate::thread::init_heap();
-        let found = crate::thread::abandon::segment_acquire(heap, 1);
+        let found = crate::thread::abandon::segment_acquire(heap, 1, crate::small::class::CLASS_COUNT);
         assert_eq!(found, seg, "the abandoned segment is reclaimed");
         assert_eq!((*seg).used_pages, 0, "the block came back and its page was released");
     }
@@ -231,7 +231,7 @@ fn remote_free_notify_racing_reclaim_touches_no_unmapped_segment() {
             // SAFETY: heap is this thread's; it reclaims the abandoned
             // segment (the only one), then exits.
             unsafe {
-                assert!(!crate::thread::abandon::segment_acquire(heap, 1).is_null());
+                assert!(!crate::thread::abandon::segment_acquire(heap, 1, crate::small::class::CLASS_COUNT).is_null());
                 crate::thread::set_heap(heap::EXITED_HEAP.get());
                 crate::thread::abandon::heap_abandon(heap);
             }
@@ -284,7 +284,9 @@ fn remote_free_into_a_reclaimed_parked_page_always_reaches_the_reclaimer() {
         let reclaimer = thread::spawn(|| {
             let heap = crate::thread::init_heap();
             // SAFETY: heap is this thread's.
-            unsafe { assert!(!crate::thread::abandon::segment_acquire(heap, 1).is_null()) };
+            unsafe {
+                assert!(!crate::thread::abandon::segment_acquire(heap, 1, crate::small::class::CLASS_COUNT).is_null())
+            };
             SendPtr(heap)
         });
         freer.join().unwrap();

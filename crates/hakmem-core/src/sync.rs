@@ -196,10 +196,15 @@ pub(crate) fn holds_locks_for_fork() -> bool {
     owner != 0 && owner == crate::os::thread_id()
 }
 
+/// Looks at a taken [`SpinLock`] before its waiter starts yielding.
+#[cfg(not(hakmem_loom))]
+const SPINS: u32 = 64;
+
 /// A minimal test-and-test-and-set lock for the cold global lists (segment
-/// cache, abandoned segments, heap pool). Held for a few instructions only,
-/// never across a system call, and taken by `fork`'s prepare handler so a
-/// child never inherits it locked. The thread that holds every lock for a
+/// cache, abandoned segments, heap pool), held there for a few
+/// instructions and never across a system call; the purge lock is held
+/// across a pass's system calls. Every lock is taken by `fork`'s prepare
+/// handler, so that a child never inherits one locked. The thread that holds every lock for a
 /// `fork` takes it again ([`FORK_OWNER`]): `reentered` counts those takes,
 /// which `unlock` undoes first.
 ///
@@ -209,10 +214,6 @@ pub(crate) fn holds_locks_for_fork() -> bool {
 /// alone, 32 threads on 2 CPUs made `fork` take 70–140 ms on average
 /// (glibc: 6–8 ms): the waiters used the time slices the forking thread
 /// needed.
-/// Looks at a taken [`SpinLock`] before its waiter starts yielding.
-#[cfg(not(hakmem_loom))]
-const SPINS: u32 = 64;
-
 #[cfg(not(hakmem_loom))]
 pub(crate) struct SpinLock {
     locked: AtomicBool,

@@ -81,6 +81,10 @@ struct Region {
     freed_at: [u64; REGION_UNITS],
     /// When the earliest free dirty unit is due for purging (ms; 0: none).
     purge_at: u64,
+    /// Every free dirty unit is to go at the next pass, whatever its age:
+    /// a purge due at once (over the huge cache's limit, a delay of 0)
+    /// that found a pass running (`release`).
+    purge_all: bool,
     /// Units mapped again after a block moved out (`move_out`): kernel
     /// mappings of their own.
     split: u128,
@@ -95,6 +99,7 @@ const EMPTY: Region = Region {
     purged: 0,
     freed_at: [0; REGION_UNITS],
     purge_at: 0,
+    purge_all: false,
     split: 0,
 };
 
@@ -349,7 +354,9 @@ fn release(region: usize, units: u128, delay: i64) {
             r.freed_at[rest.trailing_zeros() as usize] = now;
             rest &= rest - 1;
         }
-        if delay > 0 && r.purge_at == 0 {
+        // The earlier of the region's deadline and this one's: the delay
+        // may have come down since the region's was set.
+        if delay > 0 && (r.purge_at == 0 || r.purge_at > now + delay as u64) {
             r.purge_at = now + delay as u64;
             GLOBAL_PURGE_AT.fetch_min(r.purge_at, Ordering::Relaxed);
         }
@@ -372,7 +379,11 @@ fn release(region: usize, units: u128, delay: i64) {
             // the next, purges the region.
             ARENA.lock.lock();
             // SAFETY: the lock is held.
-            unsafe { (*ARENA.regions.get())[region].purge_at = 1 };
+            unsafe {
+                let r = &mut (*ARENA.regions.get())[region];
+                r.purge_at = 1;
+                r.purge_all = true;
+            }
             ARENA.lock.unlock();
             GLOBAL_PURGE_AT.fetch_min(1, Ordering::Relaxed);
         }
@@ -403,6 +414,8 @@ fn purge_region(region: usize, all: bool) -> usize {
         let free_dirty = !r.used & r.dirty;
         let mut units = free_dirty;
         r.purge_at = 0;
+        let all = all || r.purge_all;
+        r.purge_all = false;
         if !all && delay > 0 {
             // Only those free for the delay; the earliest of the others
             // sets the next deadline.

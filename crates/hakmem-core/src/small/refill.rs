@@ -135,6 +135,28 @@ unsafe fn chores(heap: *mut Heap, beat: bool) {
 unsafe fn find_page(heap: *mut Heap, class: usize) -> *mut Page {
     // SAFETY: heap is the caller's own heap; queue pages belong to it.
     unsafe {
+        let page = queued_page(heap, class);
+        if !page.is_null() {
+            return page;
+        }
+        let block_size = class::BLOCK_SIZE[class];
+        let page = page_alloc(heap, class as u8, class::span_pages(class), block_size);
+        if page.is_null() {
+            // Out of memory, or the segments reclaimed on the way queued
+            // pages of this class (`segment_acquire`).
+            return queued_page(heap, class);
+        }
+        (*page).extend();
+        queue_push_front(heap, page);
+        page
+    }
+}
+
+/// A page of `class`'s queue with a free block, moved to the queue front;
+/// pages without one are settled on the way. Null when none has one.
+unsafe fn queued_page(heap: *mut Heap, class: usize) -> *mut Page {
+    // SAFETY: heap is the caller's own heap; queue pages belong to it.
+    unsafe {
         let mut page = (*heap).queues[class].first;
         while !page.is_null() {
             let next = (*page).next;
@@ -172,14 +194,7 @@ unsafe fn find_page(heap: *mut Heap, class: usize) -> *mut Page {
             maybe_free_segment(heap, seg);
             page = next;
         }
-        let block_size = class::BLOCK_SIZE[class];
-        let page = page_alloc(heap, class as u8, class::span_pages(class), block_size);
-        if page.is_null() {
-            return page;
-        }
-        (*page).extend();
-        queue_push_front(heap, page);
-        page
+        ptr::null_mut()
     }
 }
 
@@ -200,7 +215,7 @@ pub(crate) unsafe fn page_alloc(heap: *mut Heap, class: u8, units: usize, block_
         let (seg, first) = match found {
             Some(f) => f,
             None => {
-                let seg = segment_acquire(heap, units);
+                let seg = segment_acquire(heap, units, class as usize);
                 if seg.is_null() {
                     return ptr::null_mut();
                 }

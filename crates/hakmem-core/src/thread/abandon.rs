@@ -25,6 +25,7 @@
 
 use crate::segment::arena;
 use crate::segment::{Segment, PAGES_PER_SEGMENT};
+use crate::small::class::CLASS_COUNT;
 use crate::small::page::Page;
 use crate::small::page_queue::settle;
 use crate::small::refill::release_span;
@@ -51,7 +52,14 @@ const TIDY_MAX: usize = 4;
 
 /// A segment with room for `units` pages. Reclaims waiting abandoned
 /// segments first, up to the first with room, then takes one from the
-/// cache or the OS. Null when out of memory.
+/// cache or the OS. Null when out of memory, and also when a reclaimed
+/// segment queued a page of `class` (a small class; `CLASS_COUNT` or more:
+/// none) with free blocks: the caller, which found its queue empty, takes a
+/// block there rather than a span. Without that stop a thread whose
+/// predecessors each left a few blocks of many classes behind reclaimed
+/// up to 64 of their segments (each with every unit in use, so no run)
+/// and still mapped a fresh one: a segment per thread, and every thread's
+/// reclaim walking the growing list.
 ///
 /// Up to `TIDY_MAX` more abandoned segments are then tidied, not
 /// reclaimed (`tidy_abandoned`, when no purge pass holds the purge lock):
@@ -70,7 +78,7 @@ const TIDY_MAX: usize = 4;
 /// and the pages of a reclaimed segment hold blocks the program got from
 /// other heaps. It takes empty segments only — and none once its thread
 /// has exited (an orphaned local heap, local.rs).
-pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize) -> *mut Segment {
+pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize, class: usize) -> *mut Segment {
     // SAFETY: heap is the caller's own heap.
     unsafe {
         if (*heap).is_local() {
@@ -83,7 +91,15 @@ pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize) -> *mut Segm
             }
             return seg;
         }
+        // Pages `settle` queues for `class` go to the back of its queue.
+        let watched = class < CLASS_COUNT;
+        let last = if watched {
+            (*heap).queues[class].last
+        } else {
+            ptr::null_mut()
+        };
         let mut found: *mut Segment = ptr::null_mut();
+        let mut queued = false;
         for _ in 0..RECLAIM_MAX {
             let seg = arena::abandoned_pop();
             if seg.is_null() {
@@ -96,6 +112,14 @@ pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize) -> *mut Segm
                 found = seg;
                 break;
             }
+            if watched && (*heap).queues[class].last != last {
+                queued = true;
+                break;
+            }
+        }
+        if queued {
+            crate::segment::purge::try_purge_now(|| tidy_abandoned());
+            return ptr::null_mut();
         }
         if !found.is_null() {
             // Under the purge lock, which `fork` takes first: the segments

@@ -204,16 +204,16 @@ const SPINS: u32 = 64;
 /// cache, abandoned segments, heap pool), held there for a few
 /// instructions and never across a system call; the purge lock is held
 /// across a pass's system calls. Every lock is taken by `fork`'s prepare
-/// handler, so that a child never inherits one locked. The thread that holds every lock for a
-/// `fork` takes it again ([`FORK_OWNER`]): `reentered` counts those takes,
-/// which `unlock` undoes first.
+/// handler, so that a child never inherits one locked. The thread that
+/// holds every lock for a `fork` takes it again ([`FORK_OWNER`]):
+/// `reentered` counts those takes, which `unlock` undoes first.
 ///
 /// A waiter spins `SPINS` times, then yields the CPU between looks: the
 /// holder may be descheduled (more threads than CPUs), or be the thread
 /// in `fork`, which holds every lock across the system call. Spinning
-/// alone, 32 threads on 2 CPUs made `fork` take 70–140 ms on average
-/// (glibc: 6–8 ms): the waiters used the time slices the forking thread
-/// needed.
+/// alone, 32 threads on 2 CPUs made `fork` take 64.5 ms on average
+/// (glibc: 4.2 ms, docs/BENCHMARKS.md): the waiters used the time slices
+/// the forking thread needed.
 #[cfg(not(hakmem_loom))]
 pub(crate) struct SpinLock {
     locked: AtomicBool,

@@ -396,9 +396,10 @@ fn release(region: usize, units: u128, delay: i64) {
 ///
 /// Units whose purge the OS refuses (locked memory, a sandbox) stay dirty
 /// (a block taken there is not zero), and the freed headers on them go
-/// back into the map (their double frees are still reported); they are
-/// not tried again until used and freed once more. A region left with no
-/// live block is unmapped whatever its purges did.
+/// back into the map (their double frees are still reported); they get
+/// no deadline of their own and are tried again at the region's next
+/// purge. A region left with no live block is unmapped whatever its
+/// purges did.
 fn purge_region(region: usize, all: bool) -> usize {
     let delay = crate::policy::purge_delay_ms();
     let now = if all { 0 } else { os::now_ms() };

@@ -53,8 +53,10 @@ const REGION_UNITS: usize = 128;
 /// `REGION_UNITS`.
 const FIRST_REGION_UNITS: usize = 32;
 /// Regions at most (8 GiB of address space); past them, huge blocks get
-/// mappings of their own.
-const MAX_REGIONS: usize = 32;
+/// mappings of their own. One under loom, which never maps a region (its
+/// huge blocks are mappings of their own) but whose purge passes read the
+/// arena: loom builds its statics on a model thread's small stack.
+const MAX_REGIONS: usize = if cfg!(hakmem_loom) { 1 } else { 32 };
 /// The largest block the arena serves, in units (64 MiB): larger ones are
 /// mapped on their own (their page-table moves make `realloc` cheap, and a
 /// few of them would fill a region).

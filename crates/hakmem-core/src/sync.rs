@@ -269,12 +269,6 @@ impl SpinLock {
         !self.locked.load(Ordering::Relaxed) && !self.locked.swap(true, Ordering::Acquire)
     }
 
-    /// `lock` for a lock held across system calls (the purge lock): the
-    /// same wait, named for its callers.
-    pub(crate) fn lock_yielding(&self) {
-        self.lock();
-    }
-
     pub(crate) fn unlock(&self) {
         // Relaxed: the count is written only by the fork's owner while it
         // holds the lock, and is back to 0 before that thread's own last
@@ -336,11 +330,6 @@ impl SpinLock {
             }
             Err(_) => false,
         }
-    }
-
-    /// `lock` (loom's mutex blocks without spinning).
-    pub(crate) fn lock_yielding(&self) {
-        self.lock();
     }
 
     pub(crate) fn unlock(&self) {

@@ -358,9 +358,16 @@ fn release(region: usize, units: u128, delay: i64) {
         }
         // The earlier of the region's deadline and this one's: the delay
         // may have come down since the region's was set.
-        if delay > 0 && (r.purge_at == 0 || r.purge_at > now + delay as u64) {
-            r.purge_at = now + delay as u64;
-            GLOBAL_PURGE_AT.fetch_min(r.purge_at, Ordering::Relaxed);
+        if delay > 0 {
+            let due = now + delay as u64;
+            if r.purge_at == 0 || r.purge_at > due {
+                r.purge_at = due;
+                // Relaxed: the global deadline is a hint of when a pass is
+                // worth running; the region state it points at is read by
+                // the pass under `ARENA.lock`, whose release/acquire pair
+                // orders it.
+                GLOBAL_PURGE_AT.fetch_min(due, Ordering::Relaxed);
+            }
         }
         let free_dirty: u32 = regions[..*ARENA.count.get()]
             .iter()
@@ -435,6 +442,10 @@ fn purge_region(region: usize, all: bool) -> usize {
             }
             if next != u64::MAX {
                 r.purge_at = next;
+                // Relaxed: a hint, as in `release`. Lowered after the pass
+                // running this claimed the deadline (its swap to `MAX`),
+                // so the pass's own `fetch_min` of what it saw cannot
+                // raise it past `next`.
                 GLOBAL_PURGE_AT.fetch_min(next, Ordering::Relaxed);
             }
         }

@@ -298,7 +298,7 @@ fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
         // Acquire, an RMW: as the claim above (`note_abandoned_free`).
         GLOBAL_PURGE_AT.swap(u64::MAX, Ordering::Acquire);
     }
-    PURGE_LOCK.lock_yielding();
+    PURGE_LOCK.lock();
     let mut next = crate::thread::abandon::age_retired(now, abandon_retired);
     #[cfg(not(hakmem_loom))]
     {
@@ -329,7 +329,7 @@ global! {
 
 /// `fork` prepare: wait for a purge in progress, and hold off the next.
 pub(crate) fn lock_purges() {
-    PURGE_LOCK.lock_yielding();
+    PURGE_LOCK.lock();
 }
 
 /// `fork` parent/child: release what `lock_purges` took.

@@ -106,6 +106,31 @@ impl<T: Linked> LockedList<T> {
         node
     }
 
+    /// Takes off the list the first of its `max` most recently pushed
+    /// nodes for which `pred` holds, and returns it (null when none does).
+    /// `pred` runs with the lock held: it must not touch the list.
+    pub(crate) fn take_first(&self, max: usize, mut pred: impl FnMut(*mut T) -> bool) -> *mut T {
+        self.lock.lock();
+        // SAFETY: the lock is held; nodes on the list are valid.
+        let found = unsafe {
+            let mut n = *self.head.get();
+            let mut seen = 0;
+            while !n.is_null() && seen < max && !pred(n) {
+                n = *T::next_link(n);
+                seen += 1;
+            }
+            if seen == max {
+                n = ptr::null_mut();
+            }
+            if !n.is_null() {
+                self.unlink(n);
+            }
+            n
+        };
+        self.lock.unlock();
+        found
+    }
+
     /// Takes `node` off the list if it is on it; returns whether it was.
     /// O(1): the node's `list_link` says whether it is on this list.
     ///
@@ -295,6 +320,29 @@ mod tests {
                 "links cleared"
             );
         }
+    }
+
+    #[test]
+    fn take_first_takes_the_first_match_among_the_first_max() {
+        let list = LockedList::<Node>::new();
+        let mut n = nodes::<4>();
+        let p: std::vec::Vec<*mut Node> = n.iter_mut().map(|x| x as *mut Node).collect();
+        for &x in &p {
+            assert!(list.push(x, usize::MAX));
+        }
+        // Head to tail: p3 p2 p1 p0.
+        assert!(list.take_first(2, |x| x == p[1]).is_null(), "beyond the first two");
+        assert_eq!(walk(&list), [p[3], p[2], p[1], p[0]]);
+        assert_eq!(list.take_first(3, |x| x == p[1] || x == p[0]), p[1], "the first match");
+        assert_eq!(walk(&list), [p[3], p[2], p[0]]);
+        assert!(list.take_first(usize::MAX, |_| false).is_null());
+        assert_eq!(list.take_first(usize::MAX, |_| true), p[3], "the head");
+        assert_eq!(walk(&list), [p[2], p[0]]);
+        assert!(list.take_first(0, |_| true).is_null(), "none looked at");
+        assert_eq!(list.take_first(1, |_| true), p[2]);
+        assert_eq!(list.take_first(5, |_| true), p[0]);
+        assert!(list.take_first(5, |_| true).is_null(), "empty");
+        assert!(n[1].listed.is_null() && n[1].next.is_null(), "links cleared");
     }
 
     #[test]

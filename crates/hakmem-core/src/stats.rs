@@ -33,6 +33,7 @@ static COMMITTED: AtomicUsize = AtomicUsize::new(0);
 static PEAK_COMMITTED: AtomicUsize = AtomicUsize::new(0);
 static HUGE_ALLOCS: AtomicUsize = AtomicUsize::new(0);
 static LARGE_ALLOCS: AtomicUsize = AtomicUsize::new(0);
+static PURGE_PASSES: AtomicUsize = AtomicUsize::new(0);
 #[cfg(feature = "stats")]
 static CLASS_ALLOCS: [AtomicUsize; ROWS] = [const { AtomicUsize::new(0) }; ROWS];
 #[cfg(feature = "stats")]
@@ -61,6 +62,9 @@ pub struct Stats {
     pub large_allocs: usize,
     /// Huge blocks allocated since start.
     pub huge_allocs: usize,
+    /// Global purge passes run since start (segment/purge.rs), forced ones
+    /// (`collect(true)`, `malloc_trim`) among them.
+    pub purge_passes: usize,
     /// Bytes mapped and not purged.
     pub committed_bytes: usize,
     /// Highest `committed_bytes` seen.
@@ -94,6 +98,10 @@ pub(crate) fn huge_in_use(delta: isize) {
     if delta > 0 {
         HUGE_ALLOCS.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+pub(crate) fn purge_pass() {
+    PURGE_PASSES.fetch_add(1, Ordering::Relaxed);
 }
 
 pub(crate) fn large_alloc() {
@@ -180,6 +188,7 @@ pub fn stats() -> Stats {
         huge_in_use: HUGE_IN_USE.load(Ordering::Relaxed),
         large_allocs: LARGE_ALLOCS.load(Ordering::Relaxed),
         huge_allocs: HUGE_ALLOCS.load(Ordering::Relaxed),
+        purge_passes: PURGE_PASSES.load(Ordering::Relaxed),
         committed_bytes: COMMITTED.load(Ordering::Relaxed),
         peak_committed_bytes: PEAK_COMMITTED.load(Ordering::Relaxed),
         per_class: cfg!(feature = "stats"),
@@ -219,6 +228,7 @@ pub fn print_stats() {
     line(&[
         ("large_allocs", s.large_allocs as u64),
         ("huge_allocs", s.huge_allocs as u64),
+        ("purge_passes", s.purge_passes as u64),
     ]);
     line(&[
         ("mmap", s.os.mmap as u64),
@@ -319,7 +329,7 @@ pub fn stats_json(out: &mut [u8]) -> usize {
     let s = stats();
     let mut w = StackText::<4096>::new();
     let p = crate::policy::report();
-    let fields: [(&str, usize); 23] = [
+    let fields: [(&str, usize); 24] = [
         ("committed_bytes", s.committed_bytes),
         ("peak_committed_bytes", s.peak_committed_bytes),
         ("heaps_in_use", s.heaps_in_use),
@@ -331,6 +341,7 @@ pub fn stats_json(out: &mut [u8]) -> usize {
         ("huge_in_use", s.huge_in_use),
         ("large_allocs", s.large_allocs),
         ("huge_allocs", s.huge_allocs),
+        ("purge_passes", s.purge_passes),
         ("mmap", s.os.mmap),
         ("munmap", s.os.munmap),
         ("madvise", s.os.madvise),

@@ -437,3 +437,48 @@ fn address_space_exhaustion_gives_null_and_enomem() {
         assert_eq!(outcome.stdout_text(), "ok\n", "{link:?}");
     }
 }
+
+/// The number after `name=` on hakmem's statistics lines.
+fn stat(report: &str, name: &str) -> usize {
+    let key = format!(" {name}=");
+    let at = report.find(&key).unwrap_or_else(|| panic!("no {name} in:\n{report}")) + key.len();
+    let digits: String = report[at..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap()
+}
+
+/// 5 000 threads one after another, each leaving half of its 100 blocks
+/// (16 B to 5 KiB) behind for good (docs/BENCHMARKS.md, "Threads that
+/// each leave a few blocks behind"). Before, each new thread reclaimed up
+/// to 64 abandoned segments it had no use for, mapped a fresh one besides
+/// and exited with too many to be retired: 3 840 segments for 590 MiB
+/// left; and a purge pass over the whole abandoned list ran at nearly
+/// every thread exit (2 700 passes in a second, without the passes' gap).
+#[test]
+fn threads_that_each_leave_blocks_behind_share_segments_and_purge_passes() {
+    let exe = compile_c("leftover_threads.c", Link::Preload, &[]);
+    let mut command = Command::new(&exe);
+    command
+        .env("HAKMEM_STATS", "1")
+        .env_remove("HAKMEM_PURGE_DELAY")
+        .env_remove("HAKMEM_POLICY");
+    let outcome = run(command, true, LIMIT);
+    outcome.assert_success("leftover_threads.c");
+    let out = outcome.stdout_text();
+    let mut words = out.split_whitespace();
+    assert_eq!(words.next(), Some("left"), "{out}");
+    let left: usize = words.next().unwrap().parse().unwrap();
+    assert_eq!(words.next(), Some("ms"), "{out}");
+    let ms: usize = words.next().unwrap().parse().unwrap();
+    let report = outcome.stderr_text();
+    let segments = stat(&report, "segments_mapped");
+    let floor = left / (2 << 20);
+    assert!(
+        segments <= 3 * floor + 8,
+        "{segments} segments mapped for {} MiB left (at least {floor} needed)",
+        left >> 20
+    );
+    // At most one pass per 25 ms with the default policy (a delay of
+    // 50 ms or more, half of it the gap); a few more at exit.
+    let passes = stat(&report, "purge_passes");
+    assert!(passes <= ms / 25 + 4, "{passes} purge passes in {ms} ms");
+}

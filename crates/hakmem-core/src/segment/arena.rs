@@ -204,6 +204,30 @@ pub(crate) fn abandoned_push(segment: *mut Segment) {
     }
 }
 
+/// Puts back an abandoned segment the caller took off the list under the
+/// purge lock (`abandon::tidy_abandoned`), leaving the global deadline as
+/// it is: the segment's deadline was no earlier than it when the segment
+/// was taken, and no pass can have run meanwhile (a pass that claimed the
+/// deadline waits for the lock, then finds the segment listed). Lowering
+/// the hint again for a deadline already past made every tidying run a
+/// pass over the whole list at once (docs/BENCHMARKS.md, "Threads that
+/// each leave a few blocks behind").
+///
+/// # Safety
+/// The caller must hold the purge lock, and have taken `segment` off the
+/// abandoned list while holding it.
+pub(crate) unsafe fn abandoned_push_back(segment: *mut Segment) {
+    ABANDONED.push(segment, usize::MAX);
+}
+
+/// Takes off the abandoned list the first of its `max` most recently
+/// abandoned segments for which `pred` holds (null when none does).
+/// `pred` runs with the list's lock held: it may read the segments' pages,
+/// which no thread changes while they are listed.
+pub(crate) fn abandoned_take_first(max: usize, pred: impl FnMut(*mut Segment) -> bool) -> *mut Segment {
+    ABANDONED.take_first(max, pred)
+}
+
 /// Takes an abandoned segment (null when none).
 pub(crate) fn abandoned_pop() -> *mut Segment {
     ABANDONED.pop()

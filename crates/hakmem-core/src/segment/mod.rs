@@ -128,6 +128,23 @@ pub(crate) struct Segment {
     /// When `purge_units` is due (ms, monotonic; 0 = nothing scheduled).
     /// For cached segments and huge mappings: when the whole is due.
     pub(crate) purge_at_ms: u64,
+    /// An abandoned segment: the small classes (bit per class) of its
+    /// pages that had a free block when it was last tidied
+    /// (`abandon::release_empty_pages`, before each time it is put on the
+    /// abandoned list). Remote frees only add room, so it is a lower
+    /// bound; read and added to under the list's lock by a thread looking
+    /// for a segment to reclaim (`abandon::serves`). Holder only otherwise.
+    pub(crate) room_classes: u64,
+    /// An abandoned segment: 1 when a block may have been freed into it
+    /// since it was last tidied. Set by the freeing thread before its push
+    /// (while the block keeps the segment mapped), cleared by the tidying;
+    /// a hint (a push after the tidying's look is found by the next one).
+    pub(crate) late_frees: AtomicU32,
+    /// An abandoned segment: units of pages that the blocks waiting on
+    /// their remote stacks empty, as last seen by a thread looking for a
+    /// segment to reclaim (`abandon::serves`, under the list's lock); 0
+    /// after a tidying, which gives such pages back.
+    pub(crate) late_free_units: u32,
     /// Bytes mapped from the segment start (huge segments; `SEGMENT_SIZE` otherwise).
     pub(crate) mapping_size: usize,
     /// Huge segments: the block's offset from the header (`huge_offset` of
@@ -178,6 +195,15 @@ pub(crate) fn segment_of(p: *const u8) -> *mut Segment {
 }
 
 impl Segment {
+    /// Notes that a block of this abandoned segment is being freed into it
+    /// (`late_frees`), before the block is pushed.
+    #[inline]
+    pub(crate) fn note_late_free(&self) {
+        // Relaxed: a hint for a thread looking for a segment to reclaim,
+        // which reads the pages' remote words itself.
+        self.late_frees.store(1, Ordering::Relaxed);
+    }
+
     /// Makes the fresh, zeroed memory at `segment` a segment header. Zeroed
     /// memory already is one (atomics 0, pointers null, kind `Normal`), so
     /// normally nothing is written; loom's atomics must be constructed.
@@ -202,6 +228,9 @@ impl Segment {
                     purge_units: 0,
                     purged_units: 0,
                     purge_at_ms: 0,
+                    room_classes: 0,
+                    late_frees: AtomicU32::new(0),
+                    late_free_units: 0,
                     mapping_size: 0,
                     huge_block_offset: 0,
                     huge_region: 0,

@@ -285,6 +285,16 @@ fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
     if crate::sync::holds_locks_for_fork() {
         return;
     }
+    // Too soon after the last pass: the deadline moves to the gap's end
+    // (an RMW, so a later claim still continues `note_abandoned_free`'s
+    // release sequence; one that fails left it where another put it).
+    if !force {
+        let earliest = NEXT_PASS_EARLIEST.load(Ordering::Relaxed);
+        if now < earliest {
+            let _ = GLOBAL_PURGE_AT.compare_exchange(due, earliest, Ordering::Relaxed, Ordering::Relaxed);
+            return;
+        }
+    }
     // Claim the pass (a concurrent caller sees MAX and leaves). Acquire:
     // pairs with `note_abandoned_free`'s Release RMW.
     if !force
@@ -298,6 +308,10 @@ fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
         // Acquire, an RMW: as the claim above (`note_abandoned_free`).
         GLOBAL_PURGE_AT.swap(u64::MAX, Ordering::Acquire);
     }
+    // Relaxed: a hint, as the deadline; the pass itself is ordered by
+    // the purge lock.
+    NEXT_PASS_EARLIEST.store(now + pass_gap_ms(), Ordering::Relaxed);
+    crate::stats::purge_pass();
     PURGE_LOCK.lock();
     let mut next = crate::thread::abandon::age_retired(now, abandon_retired);
     #[cfg(not(hakmem_loom))]
@@ -315,6 +329,33 @@ fn purge_pass(now: u64, force: bool, abandon_retired: bool) {
     if next != u64::MAX {
         GLOBAL_PURGE_AT.fetch_min(next, Ordering::Relaxed);
     }
+}
+
+global! {
+    /// When the next pass may start at the earliest, unless forced
+    /// (`pass_gap_ms`). A hint; 0 at first.
+    static NEXT_PASS_EARLIEST: AtomicU64 = AtomicU64::new(0);
+}
+
+/// Longest gap between passes that a list's own deadlines can force.
+const PASS_GAP_MAX_MS: u64 = 25;
+
+/// The least time from one pass to the next that the lists' deadlines ask
+/// for: half the purge delay, at most `PASS_GAP_MAX_MS` (none with an
+/// immediate purge or purging off). A pass visits every abandoned and cached segment,
+/// so its cost grows with the lists; their deadlines, one per segment,
+/// come as often as segments are abandoned or freed. Without a gap a
+/// program whose threads each left a segment behind ran a pass per thread
+/// exit over the whole list: 5 694 passes over up to 3 700 segments, 80 %
+/// of its time (docs/BENCHMARKS.md, "Threads that each leave a few blocks
+/// behind"). A purge is then up to the gap late. The notes that make a pass
+/// due (`note_abandoned_free`, `note_retired`) ask for at least the delay.
+fn pass_gap_ms() -> u64 {
+    let delay = crate::policy::purge_delay_ms();
+    if delay <= 0 {
+        return 0;
+    }
+    (delay as u64 / 2).min(PASS_GAP_MAX_MS)
 }
 
 global! {

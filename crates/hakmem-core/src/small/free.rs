@@ -345,6 +345,10 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
             // heap may be destroyed as soon as this free returns. So is one
             // of a segment left abandoned, then a purge pass made due: the
             // pass takes in only what is on the page when it looks.
+            if left_abandoned {
+                // Before the push, while the block keeps the segment mapped.
+                (*seg).note_late_free();
+            }
             remote_free(heap, page, block, local_parent.is_null() && !left_abandoned);
             if left_abandoned {
                 crate::segment::purge::note_abandoned_free();

@@ -36,9 +36,13 @@ use crate::thread::remote::flush_remote;
 use core::cell::UnsafeCell;
 use core::ptr;
 
-/// Abandoned segments examined per segment acquisition at most: bounds
-/// the pause when many of them have no room for the request.
+/// Abandoned segments looked at per reclaim at most (`serves`, under the
+/// list's lock): bounds the pause when many of them have no room for the
+/// request.
 const RECLAIM_MAX: usize = 64;
+/// Reclaims per segment acquisition at most: one is enough but when a
+/// free lands between the look and the reclaim, or the look was wrong.
+const RECLAIM_TRIES: usize = 4;
 /// Abandoned segments tidied after an acquisition that reclaimed one: a
 /// look at the top of the list, not the whole of it. Each tidied segment
 /// is off the list meanwhile, where a thread that needs room cannot find
@@ -100,14 +104,14 @@ pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize, class: usize
         };
         let mut found: *mut Segment = ptr::null_mut();
         let mut queued = false;
-        for _ in 0..RECLAIM_MAX {
-            let seg = arena::abandoned_pop();
+        for _ in 0..RECLAIM_TRIES {
+            // `serves` runs under the list's lock, on segments of the list:
+            // its requirement.
+            let seg = arena::abandoned_take_first(RECLAIM_MAX, |seg| serves(seg, units, class));
             if seg.is_null() {
                 break;
             }
             reclaim(heap, seg);
-            // An empty segment has room for any span: only segments with
-            // pages in use are passed (and kept: reclaimed, they are ours).
             if has_run((*seg).free_units, units) {
                 found = seg;
                 break;
@@ -137,6 +141,74 @@ pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize, class: usize
         seg
     }
 }
+
+/// Whether abandoned segment `seg`, as it lies on the list, would serve a
+/// request for a span of `units` pages of `class` (`CLASS_COUNT` or more:
+/// a span only): it has a run of that many free units, or had a page of
+/// `class` with a free block when last tidied (`Segment::room_classes`),
+/// or — looked at only when blocks were freed into it since the last look
+/// (`Segment::late_frees`) — it has them now, counting the blocks waiting
+/// on the pages' remote stacks (and as free the pages they empty). What
+/// the look finds is noted in the segment for the next one
+/// (`room_classes`, `late_free_units`): the list's lock makes the caller
+/// the only one to write them. A hint: a free that lands while it looks is
+/// missed until the segment is tidied or looked at again. Without the look
+/// at late frees `rethread` (threads that free each other's blocks after
+/// their exit) took 1.6–1.8× the time and 2× the memory; looking at every
+/// page of every segment (two cache lines a page, under the list's lock)
+/// cost it 5–9 % of its time.
+///
+/// Reclaiming every segment looked at, as hakmem did before, gave a thread
+/// whose predecessors each left a few blocks of many classes behind up to
+/// 64 segments it had no use for: it then exited with too many to be
+/// retired, abandoned them all, and the next thread did the same, mapping
+/// a fresh segment each time (docs/BENCHMARKS.md, "Threads that each leave
+/// a few blocks behind").
+///
+/// # Safety
+/// `seg` must be on the abandoned list, whose lock the caller holds: every
+/// thread that changes an abandoned segment's pages takes it off the list
+/// first (under that lock), and remote frees change only the pages'
+/// atomic stacks.
+unsafe fn serves(seg: *mut Segment, units: usize, class: usize) -> bool {
+    // SAFETY: the caller's guarantee: the fields read are stable, and the
+    // lock orders them after the writes of whoever pushed the segment.
+    unsafe {
+        let mut free = (*seg).free_units | (*seg).late_free_units;
+        if has_run(free, units) || (class < CLASS_COUNT && (*seg).room_classes & (1 << class) != 0) {
+            return true;
+        }
+        // Relaxed: a hint; the pages' remote words are read below anyway.
+        // Cleared for the look, whose findings are noted for the next one
+        // (a free that set it meanwhile may be missed until the tidying).
+        if (*seg).late_frees.swap(0, Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let mut room = 0u64;
+        let mut i = 1;
+        while i < PAGES_PER_SEGMENT {
+            let page = &(*seg).pages[i];
+            if !page.in_use {
+                i += 1;
+                continue;
+            }
+            let span = (page.units as usize).max(1);
+            let waiting = page.remote_waiting();
+            if waiting >= page.used {
+                free |= (((1u64 << span) - 1) << i) as u32;
+            } else if waiting + page.reserved > page.used && usize::from(page.class) < CLASS_COUNT {
+                room |= 1 << page.class;
+            }
+            i += span;
+        }
+        (*seg).late_free_units = free & !(*seg).free_units;
+        (*seg).room_classes |= room;
+        has_run(free, units) || (class < CLASS_COUNT && room & (1 << class) != 0)
+    }
+}
+
+// `room_classes` has a bit for each small class.
+const _: () = assert!(CLASS_COUNT <= 64);
 
 fn has_run(free_units: u32, units: usize) -> bool {
     let mut runs = free_units;
@@ -276,8 +348,10 @@ unsafe fn tidy_abandoned() {
         unsafe {
             kept = (*seg).next;
             (*seg).next = ptr::null_mut();
+            // SAFETY: the caller holds the purge lock, under which seg
+            // was taken off the list above.
+            arena::abandoned_push_back(seg);
         }
-        arena::abandoned_push(seg);
     }
 }
 
@@ -299,8 +373,9 @@ pub(crate) unsafe fn tidy_abandoned_segment(seg: *mut Segment) -> bool {
     unsafe { release_empty_pages(seg) }
 }
 
-/// Takes in the remote frees of every in-use page of `seg` and gives back
-/// the pages they emptied; returns whether the segment is now empty.
+/// Takes in the remote frees of every in-use page of `seg`, gives back
+/// the pages they emptied and notes the classes of those with room left
+/// (`Segment::room_classes`); returns whether the segment is now empty.
 /// Leaves every other page in no queue, naming no heap (`local_owner` 0):
 /// whoever reclaims the segment takes each in (`reclaim`).
 ///
@@ -311,6 +386,10 @@ unsafe fn release_empty_pages(seg: *mut Segment) -> bool {
     // Remote frees only push onto the pages' atomic stacks.
     // SAFETY: the caller's guarantee: the segment's pages are ours to change.
     unsafe {
+        // Relaxed: a hint (`Segment::late_frees`); cleared before the look.
+        (*seg).late_frees.store(0, Ordering::Relaxed);
+        (*seg).late_free_units = 0;
+        let mut room = 0u64;
         for i in 1..PAGES_PER_SEGMENT {
             if (*seg).used_pages == 0 {
                 break;
@@ -325,8 +404,11 @@ unsafe fn release_empty_pages(seg: *mut Segment) -> bool {
             (*page).collect_remote();
             if (*page).used == 0 {
                 release_span(seg, page);
+            } else if (*page).used < (*page).reserved && usize::from((*page).class) < CLASS_COUNT {
+                room |= 1 << (*page).class;
             }
         }
+        (*seg).room_classes = room;
         (*seg).used_pages == 0
     }
 }

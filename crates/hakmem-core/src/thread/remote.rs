@@ -135,6 +135,10 @@ unsafe fn flush_batch(batch: &mut RemoteBatch) {
             (*seg).heap.load(Ordering::Relaxed)
         }
         .is_null();
+        if abandoned {
+            // SAFETY: as above: the segment is mapped until the push.
+            unsafe { (*seg).note_late_free() };
+        }
         // SAFETY: the chain's blocks are blocks of batch.page this thread
         // freed; the page stays in use while they are counted in `used`.
         unsafe { push_chain(batch.page, batch.head, batch.tail, batch.count) };

@@ -48,9 +48,10 @@ impl Page {
         self.used -= count;
     }
 
-    /// Blocks waiting on the remote stack (for tests).
-    #[cfg(all(test, not(hakmem_loom)))]
+    /// Blocks waiting on the remote stack: a hint to a thread that does
+    /// not own the page (a push it misses is not counted yet).
     pub(crate) fn remote_waiting(&self) -> u32 {
+        // Relaxed: a count, read as a hint; no block is touched on it.
         (self.remote_free.load(Ordering::Relaxed) >> REMOTE_COUNT_SHIFT) as u32
     }
 

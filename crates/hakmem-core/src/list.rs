@@ -32,6 +32,9 @@ pub(crate) unsafe trait Linked {
 pub(crate) struct LockedList<T> {
     lock: SpinLock,
     head: UnsafeCell<*mut T>,
+    /// The least recently pushed node (null when empty): `take_first`
+    /// moves the nodes it passed over behind it.
+    tail: UnsafeCell<*mut T>,
     count: UnsafeCell<usize>,
 }
 
@@ -45,6 +48,7 @@ impl<T: Linked> LockedList<T> {
         Self {
             lock: SpinLock::new(),
             head: UnsafeCell::new(ptr::null_mut()),
+            tail: UnsafeCell::new(ptr::null_mut()),
             count: UnsafeCell::new(0),
         }
     }
@@ -54,6 +58,7 @@ impl<T: Linked> LockedList<T> {
         Self {
             lock: SpinLock::new(),
             head: UnsafeCell::new(ptr::null_mut()),
+            tail: UnsafeCell::new(ptr::null_mut()),
             count: UnsafeCell::new(0),
         }
     }
@@ -79,7 +84,9 @@ impl<T: Linked> LockedList<T> {
                 *T::next_link(node) = head;
                 *T::prev_link(node) = ptr::null_mut();
                 *T::list_link(node) = self.id();
-                if !head.is_null() {
+                if head.is_null() {
+                    *self.tail.get() = node;
+                } else {
                     *T::prev_link(head) = node;
                 }
                 *self.head.get() = node;
@@ -107,25 +114,41 @@ impl<T: Linked> LockedList<T> {
     }
 
     /// Takes off the list the first of its `max` most recently pushed
-    /// nodes for which `pred` holds, and returns it (null when none does).
+    /// nodes for which `pred` holds, and returns it. When none does (null
+    /// returned), the `max` nodes passed over go behind the others, so
+    /// that the next call looks at the next ones: without it a node below
+    /// the first `max` would never be looked at while those stay (found by
+    /// review: abandoned segments with room, 80 deep, never reused).
     /// `pred` runs with the lock held: it must not touch the list.
     pub(crate) fn take_first(&self, max: usize, mut pred: impl FnMut(*mut T) -> bool) -> *mut T {
         self.lock.lock();
         // SAFETY: the lock is held; nodes on the list are valid.
         let found = unsafe {
             let mut n = *self.head.get();
+            let mut last: *mut T = ptr::null_mut();
             let mut seen = 0;
             while !n.is_null() && seen < max && !pred(n) {
+                last = n;
                 n = *T::next_link(n);
                 seen += 1;
             }
-            if seen == max {
-                n = ptr::null_mut();
-            }
-            if !n.is_null() {
+            if !n.is_null() && seen < max {
                 self.unlink(n);
+                n
+            } else {
+                if !n.is_null() && !last.is_null() {
+                    // head ..= last, then n ..= tail: becomes n ..= tail, head ..= last.
+                    let head = *self.head.get();
+                    let tail = *self.tail.get();
+                    *T::prev_link(n) = ptr::null_mut();
+                    *self.head.get() = n;
+                    *T::next_link(tail) = head;
+                    *T::prev_link(head) = tail;
+                    *T::next_link(last) = ptr::null_mut();
+                    *self.tail.get() = last;
+                }
+                ptr::null_mut()
             }
-            n
         };
         self.lock.unlock();
         found
@@ -170,7 +193,9 @@ impl<T: Linked> LockedList<T> {
             } else {
                 *T::next_link(prev) = next;
             }
-            if !next.is_null() {
+            if next.is_null() {
+                *self.tail.get() = prev;
+            } else {
                 *T::prev_link(next) = prev;
             }
             *T::next_link(node) = ptr::null_mut();
@@ -276,6 +301,12 @@ mod tests {
             out.push(n);
         });
         assert_eq!(list.len(), out.len());
+        // SAFETY: the test's list, not used by another thread.
+        assert_eq!(
+            unsafe { *list.tail.get() },
+            out.last().copied().unwrap_or(ptr::null_mut()),
+            "tail"
+        );
         out
     }
 
@@ -332,7 +363,17 @@ mod tests {
         }
         // Head to tail: p3 p2 p1 p0.
         assert!(list.take_first(2, |x| x == p[1]).is_null(), "beyond the first two");
-        assert_eq!(walk(&list), [p[3], p[2], p[1], p[0]]);
+        assert_eq!(walk(&list), [p[1], p[0], p[3], p[2]], "the two passed over go last");
+        assert!(list.take_first(4, |_| false).is_null());
+        assert_eq!(
+            walk(&list),
+            [p[1], p[0], p[3], p[2]],
+            "all passed over: the order stays"
+        );
+        assert!(list.take_first(3, |_| false).is_null());
+        assert_eq!(walk(&list), [p[2], p[1], p[0], p[3]]);
+        assert!(list.take_first(3, |_| false).is_null());
+        assert_eq!(walk(&list), [p[3], p[2], p[1], p[0]], "back where it was");
         assert_eq!(list.take_first(3, |x| x == p[1] || x == p[0]), p[1], "the first match");
         assert_eq!(walk(&list), [p[3], p[2], p[0]]);
         assert!(list.take_first(usize::MAX, |_| false).is_null());

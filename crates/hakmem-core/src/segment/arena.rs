@@ -205,17 +205,18 @@ pub(crate) fn abandoned_push(segment: *mut Segment) {
 }
 
 /// Puts back an abandoned segment the caller took off the list under the
-/// purge lock (`abandon::tidy_abandoned`), leaving the global deadline as
-/// it is: the segment's deadline was no earlier than it when the segment
-/// was taken, and no pass can have run meanwhile (a pass that claimed the
-/// deadline waits for the lock, then finds the segment listed). Lowering
+/// purge lock (`abandon::tidy_abandoned`) and whose purge deadline it has
+/// not changed, leaving the global deadline as it is: the segment's
+/// deadline was no earlier than it when the segment was taken, and no
+/// pass can have run meanwhile (a pass that claimed the deadline waits for
+/// the lock, then finds the segment listed). Lowering
 /// the hint again for a deadline already past made every tidying run a
 /// pass over the whole list at once (docs/BENCHMARKS.md, "Threads that
 /// each leave a few blocks behind").
 ///
 /// # Safety
 /// The caller must hold the purge lock, and have taken `segment` off the
-/// abandoned list while holding it.
+/// abandoned list while holding it (and left its deadline as it was).
 pub(crate) unsafe fn abandoned_push_back(segment: *mut Segment) {
     ABANDONED.push(segment, usize::MAX);
 }

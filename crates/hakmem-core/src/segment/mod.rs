@@ -136,9 +136,12 @@ pub(crate) struct Segment {
     /// for a segment to reclaim (`abandon::serves`). Holder only otherwise.
     pub(crate) room_classes: u64,
     /// An abandoned segment: 1 when a block may have been freed into it
-    /// since it was last tidied. Set by the freeing thread before its push
-    /// (while the block keeps the segment mapped), cleared by the tidying;
-    /// a hint (a push after the tidying's look is found by the next one).
+    /// since it was last tidied or looked at (`abandon::serves`). Set by
+    /// the freeing thread before its push (after it, the segment may be
+    /// gone), cleared by the tidying and the look: a hint. A push that
+    /// lands after a look that cleared it is not seen by the next look; it
+    /// waits for a tidying (the purge pass its free makes due; none with
+    /// purging off) or a reclaim of the segment.
     pub(crate) late_frees: AtomicU32,
     /// An abandoned segment: units of pages that the blocks waiting on
     /// their remote stacks empty, as last seen by a thread looking for a

@@ -54,15 +54,16 @@ const RECLAIM_TRIES: usize = 4;
 /// then at the reclaims and tidyings of later acquisitions only.
 const TIDY_MAX: usize = 4;
 
-/// A segment with room for `units` pages. Reclaims waiting abandoned
-/// segments first, up to the first with room, then takes one from the
-/// cache or the OS. Null when out of memory, and also when a reclaimed
+/// A segment with room for `units` pages. Reclaims an abandoned segment
+/// that serves the request first (`serves`: the first such of the
+/// `RECLAIM_MAX` most recently abandoned), then takes one from the cache
+/// or the OS. Null when out of memory, and also when the reclaimed
 /// segment queued a page of `class` (a small class; `CLASS_COUNT` or more:
 /// none) with free blocks: the caller, which found its queue empty, takes a
-/// block there rather than a span. Without that stop a thread whose
-/// predecessors each left a few blocks of many classes behind reclaimed
-/// up to 64 of their segments (each with every unit in use, so no run)
-/// and still mapped a fresh one: a segment per thread, and every thread's
+/// block there rather than a span. Segments that serve neither stay on
+/// the list: a thread that reclaimed every segment it looked at (up to 64,
+/// each with every unit in use) exited with too many to be retired, and
+/// still mapped a fresh one: a segment per thread, and every thread's
 /// reclaim walking the growing list.
 ///
 /// Up to `TIDY_MAX` more abandoned segments are then tidied, not
@@ -325,8 +326,10 @@ unsafe fn abandon_segments(heap: *mut Heap) {
 /// The purge lock must be held (`fork` must not copy the process while the
 /// segments are off the list).
 unsafe fn tidy_abandoned() {
-    // Linked through `next`, in the order popped reversed.
-    let mut kept: *mut Segment = ptr::null_mut();
+    // In the order popped, each with whether its tidying set it a new
+    // purge deadline.
+    let mut kept = [(ptr::null_mut::<Segment>(), false); TIDY_MAX];
+    let mut n = 0;
     for _ in 0..TIDY_MAX {
         let seg = arena::abandoned_pop();
         if seg.is_null() {
@@ -334,23 +337,25 @@ unsafe fn tidy_abandoned() {
         }
         // SAFETY: popped off the abandoned list: ours alone until pushed.
         unsafe {
+            let due = (*seg).purge_at_ms;
             if release_empty_pages(seg) {
                 arena::segment_free(seg);
             } else {
-                (*seg).next = kept;
-                kept = seg;
+                kept[n] = (seg, (*seg).purge_at_ms != due);
+                n += 1;
             }
         }
     }
-    while !kept.is_null() {
-        let seg = kept;
-        // SAFETY: a segment popped above, ours until pushed back.
-        unsafe {
-            kept = (*seg).next;
-            (*seg).next = ptr::null_mut();
-            // SAFETY: the caller holds the purge lock, under which seg
-            // was taken off the list above.
-            arena::abandoned_push_back(seg);
+    // Back in their order: the first popped pushed last, on top.
+    for &(seg, new_deadline) in kept[..n].iter().rev() {
+        if new_deadline {
+            // The pages it gave back are due later than the hint may say:
+            // published (found by review).
+            arena::abandoned_push(seg);
+        } else {
+            // SAFETY: the caller holds the purge lock, under which seg was
+            // taken off the list above.
+            unsafe { arena::abandoned_push_back(seg) };
         }
     }
 }

@@ -302,11 +302,8 @@ mod tests {
         });
         assert_eq!(list.len(), out.len());
         // SAFETY: the test's list, not used by another thread.
-        assert_eq!(
-            unsafe { *list.tail.get() },
-            out.last().copied().unwrap_or(ptr::null_mut()),
-            "tail"
-        );
+        let tail = unsafe { *list.tail.get() };
+        assert_eq!(tail, out.last().copied().unwrap_or(ptr::null_mut()), "tail");
         out
     }
 

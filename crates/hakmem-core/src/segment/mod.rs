@@ -135,10 +135,11 @@ pub(crate) struct Segment {
     /// bound; read and added to under the list's lock by a thread looking
     /// for a segment to reclaim (`abandon::serves`). Holder only otherwise.
     pub(crate) room_classes: u64,
-    /// An abandoned segment: 1 when a block may have been freed into it
-    /// since it was last tidied or looked at (`abandon::serves`). Set by
-    /// the freeing thread before its push (after it, the segment may be
-    /// gone), cleared by the tidying and the look: a hint. A push that
+    /// An abandoned segment: the pages (bit per span head index) a block
+    /// may have been freed into since it was last tidied or looked at
+    /// (`abandon::serves`). Set by the freeing thread before its push
+    /// (after it, the segment may be gone), cleared by the tidying and
+    /// the look: a hint. A push that
     /// lands after a look that cleared it is not seen by the next look; it
     /// waits for a tidying (the purge pass its free makes due; none with
     /// purging off) or a reclaim of the segment.
@@ -198,13 +199,18 @@ pub(crate) fn segment_of(p: *const u8) -> *mut Segment {
 }
 
 impl Segment {
-    /// Notes that a block of this abandoned segment is being freed into it
-    /// (`late_frees`), before the block is pushed.
+    /// Notes that a block of `page`, a span head of this abandoned
+    /// segment, is being freed into it (`late_frees`), before the block is
+    /// pushed.
     #[inline]
-    pub(crate) fn note_late_free(&self) {
+    pub(crate) fn note_late_free(&self, page: *const Page) {
+        let bit = 1u32 << self.page_index(page);
         // Relaxed: a hint for a thread looking for a segment to reclaim,
-        // which reads the pages' remote words itself.
-        self.late_frees.store(1, Ordering::Relaxed);
+        // which reads the page's remote word itself. Loaded first: the
+        // line is written only when the bit is new.
+        if self.late_frees.load(Ordering::Relaxed) & bit == 0 {
+            self.late_frees.fetch_or(bit, Ordering::Relaxed);
+        }
     }
 
     /// Makes the fresh, zeroed memory at `segment` a segment header. Zeroed

@@ -347,7 +347,7 @@ pub(crate) unsafe fn free_slow(seg: *mut Segment, p: *mut u8) {
             // pass takes in only what is on the page when it looks.
             if left_abandoned {
                 // Before the push, while the block keeps the segment mapped.
-                (*seg).note_late_free();
+                (*seg).note_late_free(page);
             }
             remote_free(heap, page, block, local_parent.is_null() && !left_abandoned);
             if left_abandoned {

@@ -137,7 +137,7 @@ unsafe fn flush_batch(batch: &mut RemoteBatch) {
         .is_null();
         if abandoned {
             // SAFETY: as above: the segment is mapped until the push.
-            unsafe { (*seg).note_late_free() };
+            unsafe { (*seg).note_late_free(batch.page) };
         }
         // SAFETY: the chain's blocks are blocks of batch.page this thread
         // freed; the page stays in use while they are counted in `used`.

@@ -98,6 +98,31 @@ impl<T: Linked> LockedList<T> {
         pushed
     }
 
+    /// Pushes `node` behind every other node (no limit): the last that
+    /// `pop` and `take_first` come to.
+    ///
+    /// `node` must be valid and exclusively the caller's.
+    pub(crate) fn push_last(&self, node: *mut T) {
+        self.lock.lock();
+        // SAFETY: the lock is held; node is exclusively the caller's, the
+        // tail (when there is one) a valid node of this list.
+        unsafe {
+            debug_assert!((*T::list_link(node)).is_null(), "a node on a list pushed");
+            let tail = *self.tail.get();
+            *T::next_link(node) = ptr::null_mut();
+            *T::prev_link(node) = tail;
+            *T::list_link(node) = self.id();
+            if tail.is_null() {
+                *self.head.get() = node;
+            } else {
+                *T::next_link(tail) = node;
+            }
+            *self.tail.get() = node;
+            *self.count.get() += 1;
+        }
+        self.lock.unlock();
+    }
+
     /// Pops the most recently pushed node (null when empty).
     pub(crate) fn pop(&self) -> *mut T {
         self.lock.lock();
@@ -380,6 +405,14 @@ mod tests {
         assert_eq!(list.take_first(1, |_| true), p[2]);
         assert_eq!(list.take_first(5, |_| true), p[0]);
         assert!(list.take_first(5, |_| true).is_null(), "empty");
+        list.push_last(p[1]);
+        assert_eq!(walk(&list), [p[1]], "last onto an empty list");
+        list.push_last(p[2]);
+        assert!(list.push(p[3], usize::MAX));
+        assert_eq!(walk(&list), [p[3], p[1], p[2]]);
+        assert_eq!(list.take_first(5, |x| x == p[2]), p[2], "the last");
+        assert_eq!(walk(&list), [p[3], p[1]]);
+        assert!(remove(&list, p[3]) && remove(&list, p[1]));
         assert!(n[1].listed.is_null() && n[1].next.is_null(), "links cleared");
     }
 

@@ -209,7 +209,9 @@ pub(crate) fn abandoned_push(segment: *mut Segment) {
 /// not changed, leaving the global deadline as it is: the segment's
 /// deadline was no earlier than it when the segment was taken, and no
 /// pass can have run meanwhile (a pass that claimed the deadline waits for
-/// the lock, then finds the segment listed). Lowering
+/// the lock, then finds the segment listed). The hint may be later than
+/// the segment's deadline by the passes' gap (`purge::pass_gap_ms` moves
+/// it to the gap's end): the purge is then that much late, as any. Lowering
 /// the hint again for a deadline already past made every tidying run a
 /// pass over the whole list at once (docs/BENCHMARKS.md, "Threads that
 /// each leave a few blocks behind").
@@ -227,6 +229,17 @@ pub(crate) unsafe fn abandoned_push_back(segment: *mut Segment) {
 /// which no thread changes while they are listed.
 pub(crate) fn abandoned_take_first(max: usize, pred: impl FnMut(*mut Segment) -> bool) -> *mut Segment {
     ABANDONED.take_first(max, pred)
+}
+
+/// `abandoned_push`, behind every other abandoned segment: the last a
+/// thread looking for room looks at.
+pub(crate) fn abandoned_push_last(segment: *mut Segment) {
+    // SAFETY: the caller hands over an exclusively held segment.
+    let deadline = unsafe { (*segment).purge_at_ms };
+    ABANDONED.push_last(segment);
+    if deadline != 0 {
+        GLOBAL_PURGE_AT.fetch_min(deadline, Ordering::Relaxed);
+    }
 }
 
 /// Takes an abandoned segment (null when none).

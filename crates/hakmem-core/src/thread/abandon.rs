@@ -123,7 +123,7 @@ pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize, class: usize
             }
         }
         if queued {
-            crate::segment::purge::try_purge_now(|| tidy_abandoned());
+            crate::segment::purge::try_purge_now(|| tidy_abandoned(false));
             return ptr::null_mut();
         }
         if !found.is_null() {
@@ -131,9 +131,18 @@ pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize, class: usize
             // the tidying holds off the list are back on it before a child
             // is made (`tidy_abandoned`'s requirement). Skipped when a
             // pass holds the lock.
-            crate::segment::purge::try_purge_now(|| tidy_abandoned());
+            crate::segment::purge::try_purge_now(|| tidy_abandoned(false));
             return found;
         }
+        // Nothing served: before a fresh segment, the top of the list is
+        // tidied whatever its hints say, and goes behind the rest (a
+        // segment it empties goes to the cache, which serves this very
+        // acquisition). Blocks no hint recorded — pushed by a thread that
+        // read the owner just before its exit, or just after a look —
+        // are found so by later acquisitions, also with purging off, where
+        // no pass comes (found by review: segments emptied so stayed
+        // abandoned for good).
+        crate::segment::purge::try_purge_now(|| tidy_abandoned(true));
         let seg = arena::segment_alloc();
         if seg.is_null() {
             return seg;
@@ -170,7 +179,9 @@ pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize, class: usize
 /// `seg` must be on the abandoned list, whose lock the caller holds: every
 /// thread that changes an abandoned segment's pages takes it off the list
 /// first (under that lock), and remote frees change only the pages'
-/// atomic stacks.
+/// atomic stacks. (`room_classes` and `late_free_units`, left as they were
+/// by an earlier abandonment while the segment was owned, are set anew by
+/// `release_empty_pages` when its owner abandons it, before the push.)
 unsafe fn serves(seg: *mut Segment, units: usize, class: usize) -> bool {
     // SAFETY: the caller's guarantee: the fields read are stable, and the
     // lock orders them after the writes of whoever pushed the segment.
@@ -327,12 +338,15 @@ unsafe fn abandon_segments(heap: *mut Heap) {
 /// it (`serves`), is put back untouched: tidying them all took `rethread`
 /// twice the instructions of the tidying before `serves` (which makes a
 /// thread reclaim fewer segments, so acquire and tidy more often). Frees
-/// the hints missed wait for the purge pass, which tidies every segment.
+/// the hints missed wait for the purge pass, which tidies every segment,
+/// or for a tidying with `all`: every segment popped is tidied, and put
+/// back behind the others, so that the next such tidying looks at the next
+/// ones (`segment_acquire`, before it maps a fresh segment).
 ///
 /// # Safety
 /// The purge lock must be held (`fork` must not copy the process while the
 /// segments are off the list).
-unsafe fn tidy_abandoned() {
+unsafe fn tidy_abandoned(all: bool) {
     // In the order popped, each with whether its tidying set it a new
     // purge deadline.
     let mut kept = [(ptr::null_mut::<Segment>(), false); TIDY_MAX];
@@ -345,7 +359,7 @@ unsafe fn tidy_abandoned() {
         // SAFETY: popped off the abandoned list: ours alone until pushed.
         unsafe {
             // Relaxed: a hint, as everywhere (`Segment::late_frees`).
-            if (*seg).late_frees.load(Ordering::Relaxed) == 0 && (*seg).late_free_units == 0 {
+            if !all && (*seg).late_frees.load(Ordering::Relaxed) == 0 && (*seg).late_free_units == 0 {
                 // Nothing freed into it since it was last tidied, or
                 // nothing that empties a page since a look at it: nothing
                 // to give back.
@@ -361,6 +375,12 @@ unsafe fn tidy_abandoned() {
                 n += 1;
             }
         }
+    }
+    if all {
+        for &(seg, _) in &kept[..n] {
+            arena::abandoned_push_last(seg);
+        }
+        return;
     }
     // Back in their order: the first popped pushed last, on top.
     for &(seg, new_deadline) in kept[..n].iter().rev() {

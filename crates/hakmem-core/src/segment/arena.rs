@@ -196,9 +196,20 @@ pub(crate) unsafe fn segment_unmap(segment: *mut Segment) {
 /// Publishes a segment of an exited thread for reclaim by another; its
 /// free pages are purged when due even if nobody reclaims it.
 pub(crate) fn abandoned_push(segment: *mut Segment) {
+    abandoned_publish(segment, false);
+}
+
+/// `abandoned_push`, on top (most recently abandoned) or behind every
+/// other abandoned segment (`last`: the last a thread looking for room
+/// looks at), then the segment's purge deadline given to the global hint.
+fn abandoned_publish(segment: *mut Segment, last: bool) {
     // SAFETY: the caller hands over an exclusively held segment.
     let deadline = unsafe { (*segment).purge_at_ms };
-    ABANDONED.push(segment, usize::MAX);
+    if last {
+        ABANDONED.push_last(segment);
+    } else {
+        ABANDONED.push(segment, usize::MAX);
+    }
     if deadline != 0 {
         GLOBAL_PURGE_AT.fetch_min(deadline, Ordering::Relaxed);
     }
@@ -234,12 +245,7 @@ pub(crate) fn abandoned_take_first(max: usize, pred: impl FnMut(*mut Segment) ->
 /// `abandoned_push`, behind every other abandoned segment: the last a
 /// thread looking for room looks at.
 pub(crate) fn abandoned_push_last(segment: *mut Segment) {
-    // SAFETY: the caller hands over an exclusively held segment.
-    let deadline = unsafe { (*segment).purge_at_ms };
-    ABANDONED.push_last(segment);
-    if deadline != 0 {
-        GLOBAL_PURGE_AT.fetch_min(deadline, Ordering::Relaxed);
-    }
+    abandoned_publish(segment, true);
 }
 
 /// Takes an abandoned segment (null when none).

@@ -139,10 +139,10 @@ pub(crate) struct Segment {
     /// may have been freed into since it was last tidied or looked at
     /// (`abandon::serves`). Set by the freeing thread before its push
     /// (after it, the segment may be gone), cleared by the tidying and
-    /// the look: a hint. A push that
-    /// lands after a look that cleared it is not seen by the next look; it
-    /// waits for a tidying (the purge pass its free makes due; none with
-    /// purging off) or a reclaim of the segment.
+    /// the look: a hint. A push that lands after a look that cleared it is
+    /// not seen by the next look; it waits for a tidying (the purge pass
+    /// its free makes due; none with purging off; the tidying before a
+    /// fresh segment is mapped, `abandon::segment_acquire`) or a reclaim.
     pub(crate) late_frees: AtomicU32,
     /// An abandoned segment: units of pages that the blocks waiting on
     /// their remote stacks empty, as last seen by a thread looking for a

@@ -342,13 +342,13 @@ const PASS_GAP_MAX_MS: u64 = 25;
 
 /// The least time from one pass to the next that the lists' deadlines ask
 /// for: half the purge delay, at most `PASS_GAP_MAX_MS` (none with an
-/// immediate purge or purging off, nor under loom). A pass visits every abandoned and cached segment,
-/// so its cost grows with the lists; their deadlines, one per segment,
-/// come as often as segments are abandoned or freed. Without a gap a
-/// program whose threads each left a segment behind ran a pass per thread
-/// exit over the whole list: 5 694 passes over up to 3 700 segments, 80 %
-/// of its time (docs/BENCHMARKS.md, "Threads that each leave a few blocks
-/// behind"). A purge is then up to the gap late. The notes that make a pass
+/// immediate purge or purging off, nor under loom). A pass visits every
+/// abandoned and cached segment, so its cost grows with the lists; their
+/// deadlines, one per segment, come as often as segments are abandoned or
+/// freed. Without a gap a program whose threads each left a segment behind
+/// ran a pass per thread exit over the whole list: 5 694 passes over up to
+/// 3 700 segments, 85 % of its samples (docs/BENCHMARKS.md, "Threads that
+/// each leave a few blocks behind"). A purge is then up to the gap late. The notes that make a pass
 /// due (`note_abandoned_free`, `note_retired`) ask for at least the delay.
 fn pass_gap_ms() -> u64 {
     let delay = crate::policy::purge_delay_ms();

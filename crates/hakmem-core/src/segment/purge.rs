@@ -79,13 +79,16 @@ unsafe fn heap_periodic(heap: *mut Heap, now: u64) {
 
 /// Takes in remote frees of every queued page and gives back the empty
 /// ones — all of them with `release_all`, else all but a class's only page.
-unsafe fn sweep(heap: *mut Heap, release_all: bool) {
+/// Returns how many pages it looked at.
+unsafe fn sweep(heap: *mut Heap, release_all: bool) -> u32 {
+    let mut looked = 0u32;
     // SAFETY: heap is the caller's own heap; queued pages belong to it.
     unsafe {
         for class in 0..CLASS_COUNT {
             let mut page = (*heap).queues[class].first;
             while !page.is_null() {
                 let next = (*page).next;
+                looked = looked.saturating_add(1);
                 (*page).collect_remote();
                 let only = (*heap).queues[class].first == page && next.is_null();
                 if (*page).used == 0 && (release_all || !only) {
@@ -97,6 +100,44 @@ unsafe fn sweep(heap: *mut Heap, release_all: bool) {
                 page = next;
             }
         }
+    }
+    looked
+}
+
+/// Called by a live local heap about to take a segment, with its thread
+/// heap `parent`: sweeps `parent` (its queued pages' remote frees taken
+/// in, the empty pages given back, the segments they empty freed to the
+/// cache, where this very acquisition finds them) once the local heaps
+/// have taken as many pages since the last such sweep as it looked at.
+///
+/// The thread heap holds the segments of the local heaps the thread
+/// deleted, and a local heap takes empty segments only (local.rs). A
+/// thread that allocates only through local heaps and hands the blocks to
+/// other threads never reuses those pages itself, so only a sweep finds
+/// them emptied; with the timed sweep alone (once per purge delay) such a
+/// producer held about 780 MB for 32 MB live. Paced by pages, each sweep's
+/// cost is paid for by as many pages taken since, and what the thread
+/// heap holds unswept stays within about what the last sweep found.
+///
+/// # Safety
+/// `parent` must be the calling thread's heap, with a live local heap
+/// in a slow path (not in the middle of one of its own).
+pub(crate) unsafe fn sweep_for_locals(parent: *mut Heap) {
+    // SAFETY: the caller's guarantee: parent is this thread's heap, and
+    // none of its own paths is running.
+    unsafe {
+        if (*parent).segments.is_null() {
+            return;
+        }
+        let taken = (*parent)
+            .local_taken_pages
+            .saturating_add(segment::PAGES_PER_SEGMENT as u32);
+        if taken < (*parent).swept_pages {
+            (*parent).local_taken_pages = taken;
+            return;
+        }
+        (*parent).local_taken_pages = 0;
+        (*parent).swept_pages = sweep(parent, true);
     }
 }
 

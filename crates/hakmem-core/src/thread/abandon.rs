@@ -90,6 +90,10 @@ pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize, class: usize
             if (*heap).parent == EXITED_HEAP.get() {
                 return ptr::null_mut();
             }
+            // The thread heap's pages that other threads emptied (those of
+            // the local heaps deleted) go back first, paced: their segments
+            // may be what this acquisition takes from the cache.
+            crate::segment::purge::sweep_for_locals((*heap).parent);
             let seg = arena::segment_alloc();
             if !seg.is_null() {
                 adopt(heap, seg);

@@ -45,7 +45,12 @@
 //! `purge::periodic`, which a local heap also runs on its first slow
 //! path): the pages of deleted heaps that other threads free into come
 //! back at the thread's next slow path (parked pages) or its next sweep
-//! (queued pages), while it allocates through local heaps.
+//! (queued pages), while it allocates through local heaps. That sweep
+//! also runs when a local heap takes a segment, paced by the pages taken
+//! (`purge::sweep_for_locals`): a producer that hands every block to
+//! other threads otherwise took fresh segments for a whole purge delay
+//! while the thread heap's emptied pages waited (780 MB held for 32 MB
+//! live).
 //!
 //! **Destroy** (`local_destroy`, unsafe): every page of every segment is
 //! released and the segments go to the cache (or the OS); huge blocks are

@@ -482,3 +482,18 @@ fn threads_that_each_leave_blocks_behind_share_segments_and_purge_passes() {
     let passes = stat(&report, "purge_passes");
     assert!(passes <= ms / 25 + 4, "{passes} purge passes in {ms} ms");
 }
+
+/// The same program under the hardened library, whose segments are
+/// mappings split by guard pages: a segment per thread ran it out of the
+/// kernel's mapping records (`ENOMEM` from `malloc` at about 400 MiB
+/// left, where a single thread gets 1.2 GiB); segments shared as above,
+/// it runs to the end.
+#[test]
+fn threads_that_each_leave_blocks_behind_do_not_run_the_secure_library_out_of_mappings() {
+    let exe = compile_c("leftover_threads.c", Link::Preload, &[]);
+    let mut command = Command::new(&exe);
+    command.env_remove("HAKMEM_PURGE_DELAY").env_remove("HAKMEM_POLICY");
+    let outcome = support::run_preloading(command, Some(&secure_libs().shared), LIMIT);
+    outcome.assert_success("leftover_threads.c under libhakmem_secure.so");
+    assert!(outcome.stdout_text().starts_with("left "), "{}", outcome.stdout_text());
+}

@@ -687,3 +687,72 @@ pub(crate) unsafe fn move_out(segment: *mut Segment, new_total: usize) -> *mut S
     map_set(moved, true);
     moved
 }
+
+/// Tests of the protocol windows, in the `hakmem_race_windows` build only
+/// (scripts/test runs them there, one at a time: no other test's huge
+/// blocks come and go meanwhile).
+#[cfg(all(test, hakmem_race_windows))]
+mod window_tests {
+    extern crate std;
+    use super::*;
+    use std::vec::Vec;
+
+    /// The region and units of arena block `p`.
+    fn units_of(p: *mut u8) -> (usize, u128) {
+        let segment = crate::segment::segment_of(p);
+        // SAFETY: p is a live huge block of the arena (asserted by the
+        // caller), so its header is `segment`.
+        unsafe {
+            assert_ne!((*segment).huge_region, 0, "a block of the arena");
+            let (region, start, n) = place(segment);
+            (region, window(start, n))
+        }
+    }
+
+    /// Which of `units` of region `region` are free and dirty.
+    fn free_dirty(region: usize, units: u128) -> u128 {
+        ARENA.lock.lock();
+        // SAFETY: the lock is held.
+        let r = unsafe { &(*ARENA.regions.get())[region] };
+        let found = if r.base == 0 { 0 } else { !r.used & r.dirty & units };
+        ARENA.lock.unlock();
+        found
+    }
+
+    /// A purge due at once — here because the free dirty units pass the
+    /// huge cache's limit — that finds a purge pass running (the purge
+    /// lock held) is left to the next pass, which must purge the whole
+    /// region: also the units freed just now, which their own age would
+    /// keep for the purge delay. Found by a review at stop 42: they waited
+    /// the whole delay with the cache over its limit.
+    #[test]
+    fn a_purge_due_at_once_that_found_a_pass_running_is_done_whole_by_the_next_pass() {
+        let _serial = crate::sync::serial_window_tests();
+        // Blocks of 32 MiB (17 units each, header included), untouched,
+        // until past the limit by two of them.
+        const BLOCK: usize = 32 << 20;
+        let count = crate::policy::huge_cache_cap() / BLOCK + 2;
+        let blocks: Vec<usize> = (0..count).map(|_| crate::malloc(BLOCK) as usize).collect();
+        assert!(blocks.iter().all(|&p| p != 0));
+        let (region, units) = units_of(*blocks.last().unwrap() as *mut u8);
+        crate::segment::purge::lock_purges();
+        for &p in &blocks {
+            // SAFETY: p is a live block, freed once.
+            unsafe { crate::free(p as *mut u8) };
+        }
+        crate::segment::purge::unlock_purges();
+        assert_ne!(
+            free_dirty(region, units),
+            0,
+            "the last block's units wait for the next pass"
+        );
+        crate::segment::purge::lock_purges();
+        purge_due(os::now_ms(), false);
+        crate::segment::purge::unlock_purges();
+        assert_eq!(
+            free_dirty(region, units),
+            0,
+            "the next pass purged the region whole, the units just freed too"
+        );
+    }
+}

@@ -67,7 +67,7 @@ unsafe fn heap_periodic(heap: *mut Heap, now: u64) {
             let delay = crate::policy::purge_delay_ms();
             let interval = if delay > 0 { delay as u64 } else { SWEEP_INTERVAL_MS };
             if (*heap).sweep_at_ms != 0 {
-                sweep(heap, true);
+                timed_sweep(heap);
             }
             (*heap).sweep_at_ms = now + interval;
         }
@@ -79,16 +79,15 @@ unsafe fn heap_periodic(heap: *mut Heap, now: u64) {
 
 /// Takes in remote frees of every queued page and gives back the empty
 /// ones — all of them with `release_all`, else all but a class's only page.
-/// Returns how many pages it looked at.
+/// Returns how many pages it left queued.
 unsafe fn sweep(heap: *mut Heap, release_all: bool) -> u32 {
-    let mut looked = 0u32;
+    let mut kept = 0u32;
     // SAFETY: heap is the caller's own heap; queued pages belong to it.
     unsafe {
         for class in 0..CLASS_COUNT {
             let mut page = (*heap).queues[class].first;
             while !page.is_null() {
                 let next = (*page).next;
-                looked = looked.saturating_add(1);
                 (*page).collect_remote();
                 let only = (*heap).queues[class].first == page && next.is_null();
                 if (*page).used == 0 && (release_all || !only) {
@@ -96,28 +95,50 @@ unsafe fn sweep(heap: *mut Heap, release_all: bool) -> u32 {
                     queue_remove(heap, page);
                     release_page(heap, seg, page);
                     maybe_free_segment(heap, seg);
+                } else {
+                    kept = kept.saturating_add(1);
                 }
                 page = next;
             }
         }
     }
-    looked
+    kept
+}
+
+/// The sweep of `heap` on its timed round (`heap_periodic`), which also
+/// starts the count of `sweep_for_locals` anew.
+///
+/// # Safety
+/// As for `sweep`.
+unsafe fn timed_sweep(heap: *mut Heap) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        (*heap).queued_after_sweep = sweep(heap, true);
+        (*heap).absorbed_pages = 0;
+    }
 }
 
 /// Called by a live local heap about to take a segment, with its thread
 /// heap `parent`: sweeps `parent` (its queued pages' remote frees taken
 /// in, the empty pages given back, the segments they empty freed to the
-/// cache, where this very acquisition finds them) once the local heaps
-/// have taken as many pages since the last such sweep as it looked at.
+/// cache, where this very acquisition finds them) once the local heaps it
+/// deleted since its last sweep have handed it at least as many in-use
+/// pages as that sweep left queued, and at least a segment's worth.
 ///
-/// The thread heap holds the segments of the local heaps the thread
-/// deleted, and a local heap takes empty segments only (local.rs). A
-/// thread that allocates only through local heaps and hands the blocks to
-/// other threads never reuses those pages itself, so only a sweep finds
-/// them emptied; with the timed sweep alone (once per purge delay) such a
-/// producer held about 780 MB for 32 MB live. Paced by pages, each sweep's
-/// cost is paid for by as many pages taken since, and what the thread
-/// heap holds unswept stays within about what the last sweep found.
+/// A deleted local heap's segments go to the thread heap, and a local heap
+/// takes empty segments only (local.rs). A thread that allocates only
+/// through local heaps and hands the blocks to other threads never reuses
+/// those pages itself, so only a sweep finds them emptied; with the timed
+/// sweep alone (once per purge delay) such a producer held about 1 GB for
+/// 32 MB live. Paced so: a sweep looks at about what was left queued and
+/// what was handed over since, so each is paid for by the pages handed
+/// over (a thread heap that holds many pages of its own, or local heaps
+/// destroyed rather than deleted — which hand over nothing — bring no
+/// sweep); and what waits unswept stays within what the last sweep left
+/// plus a segment's worth. (Counting the segments the local heaps take,
+/// and the pages a sweep looked at, swept large thread heaps for local
+/// heaps that were destroyed, and after a burst put the next sweep as far
+/// off as the burst was large: docs/HISTORY.md.)
 ///
 /// # Safety
 /// `parent` must be the calling thread's heap, with a live local heap
@@ -126,18 +147,12 @@ pub(crate) unsafe fn sweep_for_locals(parent: *mut Heap) {
     // SAFETY: the caller's guarantee: parent is this thread's heap, and
     // none of its own paths is running.
     unsafe {
-        if (*parent).segments.is_null() {
+        let wait = (*parent).queued_after_sweep.max(segment::PAGES_PER_SEGMENT as u32);
+        if (*parent).absorbed_pages < wait {
             return;
         }
-        let taken = (*parent)
-            .local_taken_pages
-            .saturating_add(segment::PAGES_PER_SEGMENT as u32);
-        if taken < (*parent).swept_pages {
-            (*parent).local_taken_pages = taken;
-            return;
-        }
-        (*parent).local_taken_pages = 0;
-        (*parent).swept_pages = sweep(parent, true);
+        (*parent).absorbed_pages = 0;
+        (*parent).queued_after_sweep = sweep(parent, true);
     }
 }
 

@@ -76,11 +76,11 @@ pub(crate) struct Heap {
     /// only every `RELEASES_PER_CLOCK_CHECK`. Apart from `slow_ticks`, so
     /// that neither count skips the other's multiples.
     pub(crate) release_ticks: u32,
-    /// A thread heap: the queued pages its last sweep for its local heaps
-    /// looked at, and the pages of the segments its live local heaps have
-    /// taken since (`purge::sweep_for_locals`).
-    pub(crate) swept_pages: u32,
-    pub(crate) local_taken_pages: u32,
+    /// A thread heap: the in-use pages the local heaps it deleted handed
+    /// it since its last sweep, and the pages that sweep left queued
+    /// (`purge::sweep_for_locals`).
+    pub(crate) absorbed_pages: u32,
+    pub(crate) queued_after_sweep: u32,
     /// Per-class counts (empty without the `stats` feature).
     pub(crate) counts: stats::HeapCounts,
     /// Blocks this thread freed into other threads' pages, gathered per
@@ -269,8 +269,8 @@ impl Heap {
             sweep_at_ms: 0,
             slow_ticks: 0,
             release_ticks: 0,
-            swept_pages: 0,
-            local_taken_pages: 0,
+            absorbed_pages: 0,
+            queued_after_sweep: 0,
             counts: stats::HeapCounts::ZERO,
             remote: [RemoteBatch::EMPTY; REMOTE_BATCHES],
             pool_next: ptr::null_mut(),
@@ -469,8 +469,8 @@ impl Heap {
         self.sweep_at_ms = 0;
         self.slow_ticks = 0;
         self.release_ticks = 0;
-        self.swept_pages = 0;
-        self.local_taken_pages = 0;
+        self.absorbed_pages = 0;
+        self.queued_after_sweep = 0;
         self.counts = stats::HeapCounts::ZERO;
         self.remote = [RemoteBatch::EMPTY; REMOTE_BATCHES];
         self.pool_next = ptr::null_mut();

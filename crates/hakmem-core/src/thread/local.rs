@@ -46,11 +46,11 @@
 //! path): the pages of deleted heaps that other threads free into come
 //! back at the thread's next slow path (parked pages) or its next sweep
 //! (queued pages), while it allocates through local heaps. That sweep
-//! also runs when a local heap takes a segment, paced by the pages taken
-//! (`purge::sweep_for_locals`): a producer that hands every block to
-//! other threads otherwise took fresh segments for a whole purge delay
-//! while the thread heap's emptied pages waited (780 MB held for 32 MB
-//! live).
+//! also runs when a local heap takes a segment, paced by the pages the
+//! deleted heaps handed over (`purge::sweep_for_locals`): a producer that
+//! hands every block to other threads otherwise took fresh segments for a
+//! whole purge delay while the thread heap's emptied pages waited (1 GB
+//! held for 32 MB live).
 //!
 //! **Destroy** (`local_destroy`, unsafe): every page of every segment is
 //! released and the segments go to the cache (or the OS); huge blocks are
@@ -165,6 +165,7 @@ unsafe fn absorb(into: *mut Heap, heap: *mut Heap) {
         huge::detach_all(heap);
         let mut seg = (*heap).segments;
         (*heap).segments = ptr::null_mut();
+        let mut pages = 0u32;
         while !seg.is_null() {
             let next = (*seg).next;
             for i in 1..PAGES_PER_SEGMENT {
@@ -173,6 +174,7 @@ unsafe fn absorb(into: *mut Heap, heap: *mut Heap) {
                     // Out of the local heap's queues, which are dropped
                     // whole; `reclaim` queues or parks it in `into`.
                     (*page).local_owner.store(0, Ordering::Relaxed);
+                    pages += 1;
                 }
             }
             // Takes the segment (and clears `local_parent`: `adopt`).
@@ -180,6 +182,9 @@ unsafe fn absorb(into: *mut Heap, heap: *mut Heap) {
             maybe_free_segment(into, seg);
             seg = next;
         }
+        // What the thread heap's paced sweep waits for (purge.rs,
+        // `sweep_for_locals`).
+        (*into).absorbed_pages = (*into).absorbed_pages.saturating_add(pages);
     }
 }
 

@@ -515,6 +515,13 @@ fn local_heaps_of_a_thread_delete_and_destroy_in_any_order() {
     });
 }
 
+/// Pages and huge blocks in use (a `secure` build's blocks above 40 KiB
+/// are huge).
+fn pages() -> usize {
+    let s = hakmem_core::stats();
+    s.pages_in_use + s.huge_in_use
+}
+
 /// A thread that allocates only through local heaps, deleting each while
 /// another thread frees its blocks, gets those pages back without calling
 /// `collect`. A delete hands the heap's pages to the thread heap, which
@@ -536,24 +543,7 @@ fn deleted_local_heaps_give_their_pages_back(
     last: fn(u64) -> usize,
 ) {
     serial(move || {
-        // The freer allocates nothing through hakmem (the binary's global
-        // allocator is `System`), so it has no heap and pushes each free
-        // at once: none waits in a batch past the final sweep.
-        let (to_freer, freer_rx) = mpsc::channel::<(Vec<usize>, mpsc::Sender<()>)>();
-        let freer = std::thread::spawn(move || {
-            for (blocks, done) in freer_rx {
-                for p in blocks {
-                    // SAFETY: p is a live block handed to this thread, freed once.
-                    unsafe { hakmem_core::free(p as *mut u8) };
-                }
-                let _ = done.send(());
-            }
-        });
-        // Pages and huge blocks (a `secure` build's blocks above 40 KiB).
-        let pages = || {
-            let s = hakmem_core::stats();
-            s.pages_in_use + s.huge_in_use
-        };
+        let (to_freer, freer) = common::spawn_freer();
         let before = pages();
         let mut rng = 0x2545_f491_4f6c_dd1du64;
         // Returns the pages the round added while its heap was full (net
@@ -653,20 +643,7 @@ fn pages_of_deleted_local_heaps_of_large_blocks_come_back_without_collect() {
 #[test]
 fn pages_emptied_behind_a_thread_that_allocates_only_through_local_heaps_are_reused() {
     serial(|| {
-        let (to_freer, freer_rx) = mpsc::channel::<(Vec<usize>, mpsc::Sender<()>)>();
-        let freer = std::thread::spawn(move || {
-            for (blocks, done) in freer_rx {
-                for p in blocks {
-                    // SAFETY: p is a live block handed to this thread, freed once.
-                    unsafe { hakmem_core::free(p as *mut u8) };
-                }
-                let _ = done.send(());
-            }
-        });
-        let pages = || {
-            let s = hakmem_core::stats();
-            s.pages_in_use + s.huge_in_use
-        };
+        let (to_freer, freer) = common::spawn_freer();
         let before = pages();
         let mut rng = 0x0123_4567_89ab_cdefu64;
         let (mut most, mut peak) = (0, 0);

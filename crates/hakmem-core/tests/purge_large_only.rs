@@ -59,18 +59,9 @@ fn a_producer_of_blocks_gives_its_burst_back(size: usize, count: usize) {
         return;
     }
     std::thread::spawn(move || {
-        // The freer allocates nothing through hakmem, so it has no heap and
-        // runs no duties of its own: the producer's are the only ones.
-        let (to_freer, freer_rx) = mpsc::channel::<(Vec<usize>, mpsc::Sender<()>)>();
-        let freer = std::thread::spawn(move || {
-            for (blocks, done) in freer_rx {
-                for p in blocks {
-                    // SAFETY: p is a live block handed to this thread, freed once.
-                    unsafe { hakmem_core::free(p as *mut u8) };
-                }
-                let _ = done.send(());
-            }
-        });
+        // The freer has no heap and runs no duties of its own: the
+        // producer's are the only ones.
+        let (to_freer, freer) = common::spawn_freer();
         let hand = |blocks: Vec<usize>| {
             let (done_tx, done_rx) = mpsc::channel();
             to_freer.send((blocks, done_tx)).unwrap();

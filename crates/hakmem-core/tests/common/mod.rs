@@ -46,3 +46,25 @@ pub fn skipped(test: &str, why: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {test}: {why}");
 }
+
+/// Blocks to free, and where to say that they are freed.
+pub type ToFreer = std::sync::mpsc::Sender<(Vec<usize>, std::sync::mpsc::Sender<()>)>;
+
+/// A thread that frees every block (a hakmem block's address) it is sent
+/// and then says so. It allocates nothing through hakmem in a binary whose
+/// global allocator is `System`: it has no heap, runs no duties of its
+/// own, and pushes each free at once (none waits in a batch past the
+/// sweep or purge a test waits for).
+pub fn spawn_freer() -> (ToFreer, std::thread::JoinHandle<()>) {
+    let (to_freer, freer_rx) = std::sync::mpsc::channel::<(Vec<usize>, std::sync::mpsc::Sender<()>)>();
+    let freer = std::thread::spawn(move || {
+        for (blocks, done) in freer_rx {
+            for p in blocks {
+                // SAFETY: p is a live block handed to this thread, freed once.
+                unsafe { hakmem_core::free(p as *mut u8) };
+            }
+            let _ = done.send(());
+        }
+    });
+    (to_freer, freer)
+}

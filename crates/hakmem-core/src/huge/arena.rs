@@ -700,8 +700,9 @@ mod window_tests {
     /// The region and units of arena block `p`.
     fn units_of(p: *mut u8) -> (usize, u128) {
         let segment = crate::segment::segment_of(p);
-        // SAFETY: p is a live huge block of the arena (asserted by the
-        // caller), so its header is `segment`.
+        // SAFETY: p is a live huge block (the caller's: 32 MiB, above the
+        // large sizes), so its header is `segment`; that the arena holds
+        // it, as `place` requires, is asserted first.
         unsafe {
             assert_ne!((*segment).huge_region, 0, "a block of the arena");
             let (region, start, n) = place(segment);

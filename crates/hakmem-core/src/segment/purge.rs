@@ -139,8 +139,9 @@ unsafe fn timed_sweep(heap: *mut Heap) {
 /// what was handed over since, so each is paid for by the pages handed
 /// over (a thread heap that holds many pages of its own, or local heaps
 /// destroyed rather than deleted — which hand over nothing — bring no
-/// sweep); and what waits unswept stays within what the last sweep left
-/// plus a segment's worth. (Counting the segments the local heaps take,
+/// sweep); and what the deleted heaps hand over waits unswept only until
+/// it matches what the last sweep left queued, or a segment's worth.
+/// (Counting the segments the local heaps take,
 /// and the pages a sweep looked at, swept large thread heaps for local
 /// heaps that were destroyed, and after a burst put the next sweep as far
 /// off as the burst was large: docs/HISTORY.md.)

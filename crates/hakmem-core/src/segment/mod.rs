@@ -206,8 +206,14 @@ impl Segment {
     pub(crate) fn note_late_free(&self, page: *const Page) {
         let bit = 1u32 << self.page_index(page);
         // Relaxed: a hint for a thread looking for a segment to reclaim,
-        // which reads the page's remote word itself. Loaded first: the
-        // line is written only when the bit is new.
+        // which reads the page's remote word itself; nothing is published
+        // through it. Loaded first: the line is written only when the bit
+        // is new. A note lost to a look that swaps the word to 0 between
+        // the load and here (the load saw an older set bit) only delays
+        // the block's return: the purge pass, and the tidying before a
+        // fresh segment, tidy a segment whatever its hints
+        // (`abandon::tidy_abandoned`). Driven in loom through `free_slow`
+        // into an abandoned segment.
         if self.late_frees.load(Ordering::Relaxed) & bit == 0 {
             self.late_frees.fetch_or(bit, Ordering::Relaxed);
         }

@@ -80,6 +80,11 @@ unsafe fn heap_periodic(heap: *mut Heap, now: u64) {
 /// Takes in remote frees of every queued page and gives back the empty
 /// ones — all of them with `release_all`, else all but a class's only page.
 /// Returns how many pages it left queued.
+///
+/// # Safety
+/// `heap` must be the calling thread's heap (or one of its local heaps),
+/// with none of its own paths running: its queues and pages are changed
+/// without a lock.
 unsafe fn sweep(heap: *mut Heap, release_all: bool) -> u32 {
     let mut kept = 0u32;
     // SAFETY: heap is the caller's own heap; queued pages belong to it.

@@ -84,7 +84,11 @@ const TIDY_MAX: usize = 4;
 /// other heaps. It takes empty segments only — and none once its thread
 /// has exited (an orphaned local heap, local.rs).
 pub(crate) unsafe fn segment_acquire(heap: *mut Heap, units: usize, class: usize) -> *mut Segment {
-    // SAFETY: heap is the caller's own heap.
+    // SAFETY: heap is the caller's own heap. For `sweep_for_locals`: a
+    // live local heap's parent is the calling thread's heap (local.rs),
+    // and a local heap's slow path, which called this, never runs inside
+    // one of its thread heap's own paths (local heaps are reached only
+    // from the program's calls).
     unsafe {
         if (*heap).is_local() {
             if (*heap).parent == EXITED_HEAP.get() {
